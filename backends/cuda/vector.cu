@@ -1,0 +1,532 @@
+// The reference "vector" backend on CUDA, behind the cuplug C ABI.
+//
+// Everything CUDA stays in this file: device selection and context creation in
+// create() under a process-wide lock, one non-blocking stream per instance,
+// backend-owned pinned staging buffers for host arrays (never a caller pointer
+// handed to the DMA engine), device-resident buffers, and a private copy of the
+// last error per instance (never cudaGetLastError's sticky state).
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <mutex>
+#include <new>
+#include <string>
+
+#include "cuplug_common.h"
+
+#ifndef CUPLUG_VARIANT
+#define CUPLUG_VARIANT "unknown"
+#endif
+#ifndef CUPLUG_BACKEND_NAME
+#define CUPLUG_BACKEND_NAME "vector"
+#endif
+#ifndef CUPLUG_SASS_LIST
+#define CUPLUG_SASS_LIST ""
+#endif
+#ifndef CUPLUG_PTX_LIST
+#define CUPLUG_PTX_LIST ""
+#endif
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr size_t kStageBytes = size_t(8) << 20;  // one pinned staging chunk
+
+std::mutex g_create_lock;  // device selection + context creation, process-wide
+long long g_next_serial = 1;
+thread_local char g_create_error[CUPLUG_ERR_LEN];
+
+// ---- kernels: grid-stride, 16-byte loads on the aligned body, scalar tail ----
+
+__global__ void add_kernel(const float* __restrict__ x, const float* __restrict__ y,
+                           float* __restrict__ out, long long n) {
+  const long long n4 = n / 4;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  const float4* y4 = reinterpret_cast<const float4*>(y);
+  float4* o4 = reinterpret_cast<float4*>(out);
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
+    float4 a = x4[i], b = y4[i];
+    o4[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+  }
+  for (long long i = n4 * 4 + (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = x[i] + y[i];
+}
+
+__global__ void scale_add_kernel(const float* __restrict__ x, float alpha, float beta,
+                                 float* __restrict__ out, long long n) {
+  const long long n4 = n / 4;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  float4* o4 = reinterpret_cast<float4*>(out);
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
+    float4 a = x4[i];
+    o4[i] = make_float4(alpha * a.x + beta, alpha * a.y + beta, alpha * a.z + beta,
+                        alpha * a.w + beta);
+  }
+  for (long long i = n4 * 4 + (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = alpha * x[i] + beta;
+}
+
+// Pass 1 of a deterministic sum: each block writes one float64 partial.
+__global__ void sum_partials_kernel(const float* __restrict__ x, long long n,
+                                    double* __restrict__ partials) {
+  __shared__ double shared[kThreads];
+  const long long n4 = n / 4;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  double acc = 0.0;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
+    float4 a = x4[i];
+    acc += (double)a.x + (double)a.y + (double)a.z + (double)a.w;
+  }
+  for (long long i = n4 * 4 + (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    acc += x[i];
+  shared[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partials[blockIdx.x] = shared[0];
+}
+
+// Pass 2: one block folds the partials in a fixed order.
+__global__ void sum_final_kernel(const double* __restrict__ partials, int count,
+                                 float* __restrict__ out) {
+  __shared__ double shared[kThreads];
+  double acc = 0.0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
+  shared[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[0] = (float)shared[0];
+}
+
+int status_of(cudaError_t err) {
+  switch (err) {
+    case cudaSuccess: return CUPLUG_OK;
+    case cudaErrorMemoryAllocation: return CUPLUG_E_OUT_OF_MEMORY;
+    case cudaErrorNoKernelImageForDevice:
+    case cudaErrorInvalidKernelImage:
+    case cudaErrorUnsupportedPtxVersion:
+    case cudaErrorInvalidPtx:
+      return CUPLUG_E_NO_KERNEL_IMAGE;
+    default: return CUPLUG_E_DEVICE;
+  }
+}
+
+// Temperature through NVML, opened at run time only if the driver ships it:
+// the backend links nothing but the static CUDA runtime.
+int read_temperature_c(int device) {
+  static void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (nvml == nullptr) return -1;
+  using init_fn = int (*)();
+  using by_bus_fn = int (*)(const char*, void**);
+  using temp_fn = int (*)(void*, int, unsigned*);
+  static auto init = reinterpret_cast<init_fn>(dlsym(nvml, "nvmlInit_v2"));
+  static auto by_bus = reinterpret_cast<by_bus_fn>(dlsym(nvml, "nvmlDeviceGetHandleByPciBusId_v2"));
+  static auto temp = reinterpret_cast<temp_fn>(dlsym(nvml, "nvmlDeviceGetTemperature"));
+  static int init_rc = init ? init() : -1;
+  char bus[32];
+  void* handle = nullptr;
+  unsigned t = 0;
+  if (init_rc != 0 || !by_bus || !temp || cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess)
+    return -1;
+  if (by_bus(bus, &handle) != 0 || temp(handle, 0 /* NVML_TEMPERATURE_GPU */, &t) != 0) return -1;
+  return (int)t;
+}
+
+}  // namespace
+
+struct cuplug_backend {
+  std::mutex lock;  // serializes calls on one instance
+  int device = 0;
+  int sm_count = 1;
+  cudaDeviceProp props{};
+  cudaStream_t stream = nullptr;
+  cuplug_buffer_table buffers{};
+  float* pinned[2] = {nullptr, nullptr};  // staging for host arrays
+  cudaEvent_t pinned_free[2] = {nullptr, nullptr};
+  float* scratch = nullptr;  // device arrays for the host path: x | y | out
+  size_t scratch_bytes = 0;
+  double* partials = nullptr;  // sum pass 1
+  int partials_count = 0;
+  char last_error[CUPLUG_ERR_LEN] = {0};
+
+  int fail(int code, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    cuplug_vformat(last_error, fmt, ap);
+    va_end(ap);
+    return code;
+  }
+  // Records a CUDA error with the step that failed and clears the runtime's
+  // non-sticky error state, so the instance stays usable after e.g. an OOM.
+  int check(cudaError_t err, const char* step) {
+    if (err == cudaSuccess) return CUPLUG_OK;
+    cudaGetLastError();
+    return fail(status_of(err), "%s: %s (%s)", step, cudaGetErrorName(err), cudaGetErrorString(err));
+  }
+  int blocks_for(long long n) const {
+    long long want = (n / 4 + kThreads - 1) / kThreads;
+    return (int)std::max(1LL, std::min(want, (long long)sm_count * 16));
+  }
+};
+
+#define CUPLUG_TRY(expr, step)                 \
+  do {                                         \
+    int rc_ = h->check((expr), (step));        \
+    if (rc_ != CUPLUG_OK) return rc_;          \
+  } while (0)
+
+namespace {
+
+int ensure_scratch(cuplug_backend* h, size_t bytes) {
+  if (h->scratch_bytes >= bytes) return CUPLUG_OK;
+  if (h->scratch) cudaFree(h->scratch);
+  h->scratch = nullptr;
+  h->scratch_bytes = 0;
+  CUPLUG_TRY(cudaMalloc(&h->scratch, bytes), "cudaMalloc(host-path scratch)");
+  h->scratch_bytes = bytes;
+  return CUPLUG_OK;
+}
+
+int ensure_staging(cuplug_backend* h) {
+  for (int i = 0; i < 2; ++i) {
+    if (h->pinned[i]) continue;
+    CUPLUG_TRY(cudaMallocHost(&h->pinned[i], kStageBytes), "cudaMallocHost(staging)");
+    CUPLUG_TRY(cudaEventCreateWithFlags(&h->pinned_free[i], cudaEventDisableTiming), "cudaEventCreate");
+  }
+  return CUPLUG_OK;
+}
+
+// Host -> device through two pinned chunks: the CPU fills one while the DMA
+// engine drains the other.
+int upload_staged(cuplug_backend* h, float* dev, const float* host, size_t bytes) {
+  int rc = ensure_staging(h);
+  if (rc) return rc;
+  const char* src = reinterpret_cast<const char*>(host);
+  char* dst = reinterpret_cast<char*>(dev);
+  for (size_t off = 0, k = 0; off < bytes; off += kStageBytes, ++k) {
+    size_t chunk = std::min(kStageBytes, bytes - off);
+    int slot = (int)(k & 1);
+    CUPLUG_TRY(cudaEventSynchronize(h->pinned_free[slot]), "staging wait");
+    memcpy(h->pinned[slot], src + off, chunk);
+    CUPLUG_TRY(cudaMemcpyAsync(dst + off, h->pinned[slot], chunk, cudaMemcpyHostToDevice, h->stream),
+               "cudaMemcpyAsync(H2D)");
+    CUPLUG_TRY(cudaEventRecord(h->pinned_free[slot], h->stream), "cudaEventRecord");
+  }
+  return CUPLUG_OK;
+}
+
+// Device -> host: chunk k+1 is in flight while the CPU copies chunk k out.
+int download_staged(cuplug_backend* h, float* host, const float* dev, size_t bytes) {
+  int rc = ensure_staging(h);
+  if (rc) return rc;
+  const char* src = reinterpret_cast<const char*>(dev);
+  char* dst = reinterpret_cast<char*>(host);
+  size_t chunks = (bytes + kStageBytes - 1) / kStageBytes;
+  auto issue = [&](size_t k) {
+    size_t off = k * kStageBytes, chunk = std::min(kStageBytes, bytes - off);
+    int slot = (int)(k & 1);
+    cudaError_t e = cudaMemcpyAsync(h->pinned[slot], src + off, chunk, cudaMemcpyDeviceToHost, h->stream);
+    if (e == cudaSuccess) e = cudaEventRecord(h->pinned_free[slot], h->stream);
+    return e;
+  };
+  if (chunks > 0) CUPLUG_TRY(issue(0), "cudaMemcpyAsync(D2H)");
+  for (size_t k = 0; k < chunks; ++k) {
+    if (k + 1 < chunks) CUPLUG_TRY(issue(k + 1), "cudaMemcpyAsync(D2H)");
+    int slot = (int)(k & 1);
+    CUPLUG_TRY(cudaEventSynchronize(h->pinned_free[slot]), "D2H wait");
+    size_t off = k * kStageBytes, chunk = std::min(kStageBytes, bytes - off);
+    memcpy(dst + off, h->pinned[slot], chunk);
+  }
+  return CUPLUG_OK;
+}
+
+int launch(cuplug_backend* h, int op, const float* x, const float* y, float alpha, float beta,
+           float* out, long long n) {
+  int blocks = h->blocks_for(n);
+  if (op == CUPLUG_OP_ADD) {
+    add_kernel<<<blocks, kThreads, 0, h->stream>>>(x, y, out, n);
+  } else if (op == CUPLUG_OP_SCALE_ADD) {
+    scale_add_kernel<<<blocks, kThreads, 0, h->stream>>>(x, alpha, beta, out, n);
+  } else {
+    if (h->partials_count < blocks) {
+      if (h->partials) cudaFree(h->partials);
+      h->partials = nullptr;
+      h->partials_count = 0;
+      CUPLUG_TRY(cudaMalloc(&h->partials, sizeof(double) * blocks), "cudaMalloc(sum partials)");
+      h->partials_count = blocks;
+    }
+    sum_partials_kernel<<<blocks, kThreads, 0, h->stream>>>(x, n, h->partials);
+    CUPLUG_TRY(cudaGetLastError(), "launch sum_partials_kernel");
+    sum_final_kernel<<<1, kThreads, 0, h->stream>>>(h->partials, blocks, out);
+  }
+  CUPLUG_TRY(cudaGetLastError(), "kernel launch");
+  return CUPLUG_OK;
+}
+
+int check_op(cuplug_backend* h, const char* op, long long n, int* code) {
+  *code = cuplug_parse_op(op);
+  if (*code < 0)
+    return h->fail(CUPLUG_E_UNKNOWN_OP, "unknown op '%s' (expected add, scale_add or sum)",
+                   op ? op : "(null)");
+  if (n <= 0 || n > CUPLUG_MAX_ELEMENTS)
+    return h->fail(CUPLUG_E_INVALID_ARGUMENT, "n must be in 1..%lld, got %lld", CUPLUG_MAX_ELEMENTS, n);
+  return CUPLUG_OK;
+}
+
+cuplug_buffer* buffer_for(cuplug_backend* h, long long id, long long n, const char* what, int* rc) {
+  cuplug_buffer* b = cuplug_table_get(&h->buffers, id);
+  if (b == nullptr) {
+    *rc = h->fail(CUPLUG_E_BAD_BUFFER, "%s: buffer id %lld is not a live buffer of this instance", what, id);
+  } else if (n <= 0 || n > b->n) {
+    *rc = h->fail(n <= 0 ? CUPLUG_E_INVALID_ARGUMENT : CUPLUG_E_BUFFER_TOO_SMALL,
+                  "%s: n=%lld does not fit buffer %lld of %lld elements", what, n, id, b->n);
+    b = nullptr;
+  }
+  return b;
+}
+
+void release(cuplug_backend* h) {
+  cudaSetDevice(h->device);
+  if (h->stream) cudaStreamSynchronize(h->stream);
+  for (long long i = 0; i < h->buffers.count; ++i)
+    if (h->buffers.slots[i].ptr) cudaFree(h->buffers.slots[i].ptr);
+  free(h->buffers.slots);
+  for (int i = 0; i < 2; ++i) {
+    if (h->pinned[i]) cudaFreeHost(h->pinned[i]);
+    if (h->pinned_free[i]) cudaEventDestroy(h->pinned_free[i]);
+  }
+  if (h->scratch) cudaFree(h->scratch);
+  if (h->partials) cudaFree(h->partials);
+  if (h->stream) cudaStreamDestroy(h->stream);
+}
+
+void set_create_error(const char* step, cudaError_t err) {
+  snprintf(g_create_error, CUPLUG_ERR_LEN, "%s: %s (%s)", step, cudaGetErrorName(err),
+           cudaGetErrorString(err));
+}
+
+}  // namespace
+
+extern "C" {
+
+CUPLUG_API int cuplug_backend_abi_version(void) { return CUPLUG_BACKEND_ABI_VERSION; }
+
+CUPLUG_API cuplug_backend* cuplug_backend_create(const char* device_pref) {
+  int device = 0;
+  if (device_pref && device_pref[0] && strcmp(device_pref, "auto") != 0) {
+    char* end = nullptr;
+    long v = strtol(device_pref, &end, 10);
+    if (*end != '\0' || v < 0 || v > 1023) {
+      snprintf(g_create_error, CUPLUG_ERR_LEN,
+               "device_pref must be 'auto' or a device index, got '%s'", device_pref);
+      return nullptr;
+    }
+    device = (int)v;
+  }
+  std::lock_guard<std::mutex> guard(g_create_lock);
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    set_create_error("cudaGetDeviceCount", err);
+    return nullptr;
+  }
+  if (device >= count) {
+    snprintf(g_create_error, CUPLUG_ERR_LEN, "device %d requested, %d visible", device, count);
+    return nullptr;
+  }
+  cuplug_backend* h = new (std::nothrow) cuplug_backend();
+  if (h == nullptr) {
+    snprintf(g_create_error, CUPLUG_ERR_LEN, "out of host memory");
+    return nullptr;
+  }
+  h->device = device;
+  h->buffers.serial = g_next_serial++;
+  const char* step = "cudaSetDevice";
+  err = cudaSetDevice(device);
+  if (err == cudaSuccess) step = "cudaFree(0) (context creation)", err = cudaFree(0);
+  if (err == cudaSuccess) step = "cudaGetDeviceProperties", err = cudaGetDeviceProperties(&h->props, device);
+  if (err == cudaSuccess) step = "cudaStreamCreate", err = cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking);
+  if (err != cudaSuccess) {
+    set_create_error(step, err);
+    cudaGetLastError();
+    release(h);
+    delete h;
+    return nullptr;
+  }
+  h->sm_count = h->props.multiProcessorCount;
+  g_create_error[0] = '\0';
+  return h;
+}
+
+CUPLUG_API int cuplug_backend_last_create_error(char* buf, int len) {
+  return cuplug_write_text(g_create_error, buf, len);
+}
+
+CUPLUG_API int cuplug_backend_last_error(cuplug_backend* h, char* buf, int len) {
+  if (h == nullptr) return cuplug_write_text("NULL backend handle", buf, len);
+  std::lock_guard<std::mutex> guard(h->lock);
+  return cuplug_write_text(h->last_error, buf, len);
+}
+
+CUPLUG_API int cuplug_backend_ping(cuplug_backend* h, char* buf, int len) {
+  if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
+  std::lock_guard<std::mutex> guard(h->lock);
+  CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
+  // Smoke launch: a missing kernel image for this GPU surfaces here.
+  float* probe = nullptr;
+  CUPLUG_TRY(cudaMalloc(&probe, 8 * sizeof(float)), "cudaMalloc(smoke)");
+  scale_add_kernel<<<1, kThreads, 0, h->stream>>>(probe, 0.0f, 1.0f, probe, 8);
+  cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) err = cudaStreamSynchronize(h->stream);
+  cudaFree(probe);
+  CUPLUG_TRY(err, "smoke launch of scale_add_kernel");
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  size_t free_b = 0, total_b = 0;
+  CUPLUG_TRY(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  int temp = read_temperature_c(h->device);
+  char temp_s[16];
+  if (temp >= 0) snprintf(temp_s, sizeof temp_s, "%d", temp); else snprintf(temp_s, sizeof temp_s, "null");
+  std::string name;
+  for (const char* c = h->props.name; *c; ++c)
+    if (*c != '"' && *c != '\\') name += *c;
+  char info[2048];
+  snprintf(info, sizeof info,
+           "{\"backend\":\"%s\",\"variant\":\"%s\",\"abi\":%d,\"driver_version\":%d,"
+           "\"runtime_version\":%d,\"device\":{\"index\":%d,\"name\":\"%s\",\"capability\":\"%d.%d\","
+           "\"memory_free\":%zu,\"memory_total\":%zu,\"temperature_c\":%s,\"multiprocessors\":%d},"
+           "\"sass\":\"%s\",\"ptx\":\"%s\"}",
+           CUPLUG_BACKEND_NAME, CUPLUG_VARIANT, CUPLUG_BACKEND_ABI_VERSION, driver, runtime,
+           h->device, name.c_str(), h->props.major, h->props.minor, free_b, total_b, temp_s,
+           h->sm_count, CUPLUG_SASS_LIST, CUPLUG_PTX_LIST);
+  return cuplug_write_text(info, buf, len);
+}
+
+CUPLUG_API int cuplug_backend_run(cuplug_backend* h, const char* op, const float* x, const float* y,
+                                  float alpha, float beta, float* out, long long n) {
+  if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
+  std::lock_guard<std::mutex> guard(h->lock);
+  int code, rc = check_op(h, op, n, &code);
+  if (rc) return rc;
+  if (!x || !out || (code == CUPLUG_OP_ADD && !y))
+    return h->fail(CUPLUG_E_INVALID_ARGUMENT, "%s: NULL input or output pointer", op);
+  CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
+  // Device layout: x | y | out, each rounded up to 256 bytes to keep float4 alignment.
+  size_t bytes = (size_t)n * sizeof(float), slot = (bytes + 255) & ~size_t(255);
+  if ((rc = ensure_scratch(h, 3 * slot))) return rc;
+  float* dx = h->scratch;
+  float* dy = reinterpret_cast<float*>(reinterpret_cast<char*>(h->scratch) + slot);
+  float* dout = reinterpret_cast<float*>(reinterpret_cast<char*>(h->scratch) + 2 * slot);
+  if ((rc = upload_staged(h, dx, x, bytes))) return rc;
+  if (code == CUPLUG_OP_ADD && (rc = upload_staged(h, dy, y, bytes))) return rc;
+  if ((rc = launch(h, code, dx, dy, alpha, beta, dout, n))) return rc;
+  size_t out_bytes = code == CUPLUG_OP_SUM ? sizeof(float) : bytes;
+  if ((rc = download_staged(h, out, dout, out_bytes))) return rc;
+  return CUPLUG_OK;
+}
+
+CUPLUG_API long long cuplug_backend_alloc(cuplug_backend* h, long long n) {
+  if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
+  std::lock_guard<std::mutex> guard(h->lock);
+  if (n <= 0 || n > CUPLUG_MAX_ELEMENTS)
+    return h->fail(CUPLUG_E_INVALID_ARGUMENT, "alloc: n must be in 1..%lld, got %lld", CUPLUG_MAX_ELEMENTS, n);
+  CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, (size_t)n * sizeof(float));
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return h->fail(status_of(err), "alloc of %lld floats (%lld bytes): %s (%s)", n,
+                   n * (long long)sizeof(float), err == cudaErrorMemoryAllocation ? "out of memory" : cudaGetErrorName(err),
+                   cudaGetErrorString(err));
+  }
+  long long id = cuplug_table_add(&h->buffers, p, n);
+  if (id < 0) {
+    cudaFree(p);
+    return h->fail((int)id, "alloc: buffer table full");
+  }
+  return id;
+}
+
+CUPLUG_API int cuplug_backend_upload(cuplug_backend* h, long long id, const float* host, long long n) {
+  if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
+  std::lock_guard<std::mutex> guard(h->lock);
+  int rc = CUPLUG_OK;
+  cuplug_buffer* b = buffer_for(h, id, n, "upload", &rc);
+  if (!b) return rc;
+  if (!host) return h->fail(CUPLUG_E_INVALID_ARGUMENT, "upload: NULL host pointer");
+  CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
+  if ((rc = upload_staged(h, (float*)b->ptr, host, (size_t)n * sizeof(float)))) return rc;
+  CUPLUG_TRY(cudaStreamSynchronize(h->stream), "upload sync");
+  return CUPLUG_OK;
+}
+
+CUPLUG_API int cuplug_backend_download(cuplug_backend* h, long long id, float* host, long long n) {
+  if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
+  std::lock_guard<std::mutex> guard(h->lock);
+  int rc = CUPLUG_OK;
+  cuplug_buffer* b = buffer_for(h, id, n, "download", &rc);
+  if (!b) return rc;
+  if (!host) return h->fail(CUPLUG_E_INVALID_ARGUMENT, "download: NULL host pointer");
+  CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
+  return download_staged(h, host, (const float*)b->ptr, (size_t)n * sizeof(float));
+}
+
+CUPLUG_API int cuplug_backend_run_resident(cuplug_backend* h, const char* op, long long in_id,
+                                           long long in2_id, long long out_id, float alpha,
+                                           float beta, long long n) {
+  if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
+  std::lock_guard<std::mutex> guard(h->lock);
+  int code, rc = check_op(h, op, n, &code);
+  if (rc) return rc;
+  cuplug_buffer *x = nullptr, *y = nullptr, *out = nullptr;
+  x = buffer_for(h, in_id, n, "input", &rc);
+  if (!rc && code == CUPLUG_OP_ADD) y = buffer_for(h, in2_id, n, "input2", &rc);
+  if (!rc) out = buffer_for(h, out_id, code == CUPLUG_OP_SUM ? 1 : n, "output", &rc);
+  if (rc) return rc;
+  CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
+  return launch(h, code, (const float*)x->ptr, y ? (const float*)y->ptr : nullptr, alpha, beta,
+                (float*)out->ptr, n);
+}
+
+CUPLUG_API int cuplug_backend_sync(cuplug_backend* h) {
+  if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
+  std::lock_guard<std::mutex> guard(h->lock);
+  CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
+  CUPLUG_TRY(cudaStreamSynchronize(h->stream), "cudaStreamSynchronize");
+  return CUPLUG_OK;
+}
+
+CUPLUG_API int cuplug_backend_free(cuplug_backend* h, long long id) {
+  if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
+  std::lock_guard<std::mutex> guard(h->lock);
+  cuplug_buffer* b = cuplug_table_get(&h->buffers, id);
+  if (b == nullptr)
+    return h->fail(CUPLUG_E_BAD_BUFFER, "free: buffer id %lld is not a live buffer of this instance", id);
+  CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
+  CUPLUG_TRY(cudaStreamSynchronize(h->stream), "sync before free");  // work may still read it
+  cudaFree(b->ptr);
+  b->ptr = nullptr;
+  return CUPLUG_OK;
+}
+
+CUPLUG_API void cuplug_backend_destroy(cuplug_backend* h) {
+  if (h == nullptr) return;
+  {
+    std::lock_guard<std::mutex> guard(h->lock);
+    release(h);
+  }
+  delete h;
+}
+
+}  // extern "C"

@@ -1,0 +1,204 @@
+"""The operator's commands: ``cuplug probe`` and ``cuplug doctor``."""
+
+from __future__ import annotations
+
+import argparse
+import array
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from . import __version__, reasons
+from .errors import CuplugError
+
+DOCTOR_SCHEMA = "cuplug.doctor/1"
+PROBE_EXIT_HELP = """exit codes (the first failing step):
+   0  GPU ok (or a correct CPU result with --allow-cpu)
+  10  no-driver or driver-init-failed      11  no-device
+  12  capability-too-low                   13  driver-too-old
+  14  no-backend-installed or no-compatible-artifact
+  15  artifact-corrupt                     16  abi-mismatch or load-failed
+  17  kernel failed or wrong result        20  disabled (CUPLUG_DISABLE_CUDA=1)
+   2  bad usage or configuration (e.g. an invalid CUPLUG_* value)"""
+
+
+class _Steps:
+    """Runs the body in a worker so a hung driver call cannot hang the command."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.step = "start"
+
+    def run(self, body: Any) -> int:
+        result: list[int] = []
+
+        def worker() -> None:
+            try:
+                result.append(body(self))
+            except CuplugError as exc:
+                print(f"cuplug: {self.step}: {exc}", file=sys.stderr)
+                result.append(2)
+
+        t = threading.Thread(target=worker, daemon=True)
+        t.start()
+        t.join(self.timeout)
+        if t.is_alive():
+            print(f"cuplug: step '{self.step}' did not finish within {self.timeout:.0f} s; "
+                  "the driver or GPU is not answering (check nvidia-smi, dmesg)", file=sys.stderr)
+            sys.stderr.flush()
+            os._exit(reasons.EXIT_CODES[reasons.DRIVER_INIT_FAILED])
+        return result[0] if result else 1
+
+
+def _probe_body(args: argparse.Namespace) -> Any:
+    def body(steps: _Steps) -> int:
+        from . import loading
+
+        out: dict[str, Any] = {"ok": False}
+        t0 = time.perf_counter()
+        steps.step = "load"
+        backend = loading.load()
+        trace = backend.trace
+        out.update(variant=backend.variant, cuda=backend.cuda, code=trace.decision_code,
+                   reason=trace.decision_reason, attempts=[a.__dict__ for a in trace.attempts])
+        try:
+            steps.step = "info"
+            info = backend.info()
+            out["device"] = info.get("device", {}).get("name")
+            steps.step = "vector add"
+            n = (1 << 20) + 3  # many blocks and a scalar tail
+            x = array.array("f", (float(i % 1000) for i in range(n)))
+            y = array.array("f", (float((3 * i) % 7) for i in range(n)))
+            t1 = time.perf_counter()
+            got = backend.run("add", x, y)
+            out["add_ms"] = round((time.perf_counter() - t1) * 1e3, 3)
+            bad = next((i for i in range(n) if got[i] != x[i] + y[i]), None)
+            out["ok"] = bad is None
+            if bad is not None:
+                out["error"] = f"wrong result at {bad}: {got[bad]} != {x[bad] + y[bad]}"
+        except CuplugError as exc:
+            out["error"] = f"{steps.step}: {exc}"
+        finally:
+            backend.close()
+        out["total_ms"] = round((time.perf_counter() - t0) * 1e3, 1)
+        if not out["ok"]:
+            code = reasons.EXIT_KERNEL_FAILED
+        elif backend.variant != "cpu" or trace.decision_code == reasons.FORCED or args.allow_cpu:
+            code = reasons.EXIT_OK
+        else:
+            code = reasons.EXIT_CODES.get(trace.decision_code, 14)
+        out["exit_code"] = code
+        if args.json:
+            print(json.dumps(out, indent=2))
+        else:
+            where = f"{backend.cuda}/{backend.variant}" if backend.cuda else "cpu"
+            verdict = "ok" if out["ok"] else f"FAILED ({out.get('error')})"
+            print(f"cuplug probe: {where} on {out.get('device')}: vector add of {n} elements {verdict} "
+                  f"in {out.get('add_ms', '?')} ms (total {out['total_ms']} ms)")
+            if backend.variant == "cpu":
+                print(f"cuplug probe: CPU fallback, reason {trace.decision_code}: {trace.decision_reason}")
+            print(f"cuplug probe: exit {code}")
+        return code
+
+    return body
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    return _Steps(args.timeout).run(_probe_body(args))
+
+
+def doctor_json(trace: Any, load: bool) -> dict[str, Any]:
+    from . import loading
+
+    p = trace.probe
+    doc: dict[str, Any] = {
+        "schema": DOCTOR_SCHEMA,
+        "cuplug_version": __version__,
+        "driver": {"found": bool(p and p.driver_found), "path": p.driver_path if p else None,
+                   "version": p.driver_version if p else None},
+        "devices": [{"index": d.index, "name": d.name, "capability": d.capability_str,
+                     "memory_bytes": d.memory_bytes, "uuid": d.uuid} for d in (p.devices if p else ())],
+        "packages": [{"cuda": pk.cuda, "path": str(pk.directory), "artifacts": len(pk.artifacts), "error": pk.error}
+                     for pk in trace.packages],
+        "candidates": [{"backend": trace.backend, "variant": c.variant, "cuda": c.cuda, "accepted": c.accepted,
+                        "code": c.code, "reason": c.reason} for c in trace.candidates],
+        "decision": {"backend": trace.backend, "variant": trace.decision.variant, "cuda": trace.decision.cuda,
+                     "code": trace.decision_code, "reason": trace.decision_reason},
+        "env": trace.env,
+    }
+    if load:
+        loaded: dict[str, Any] = {"variant": None, "ok": False, "error": None, "attempts": [], "info": None}
+        try:
+            with loading.load(trace.backend) as backend:
+                loaded.update(variant=backend.variant, ok=True, info=backend.info())
+                t = backend.trace
+                doc["decision"].update(variant=t.decision.variant, cuda=t.decision.cuda,
+                                       code=t.decision_code, reason=t.decision_reason)
+        except CuplugError as exc:
+            loaded["error"] = str(exc)
+            t = getattr(exc, "trace", None)
+        loaded["attempts"] = [{"variant": a.variant, "cuda": a.cuda, "code": a.code, "reason": a.reason}
+                              for a in (t.attempts if t else [])]
+        doc["loaded"] = loaded
+    return doc
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from . import loading
+
+    trace = loading.decide()
+    if args.json:
+        print(json.dumps(doctor_json(trace, not args.no_load), indent=2))
+        return 0
+    if args.no_load:
+        print(trace.text())
+        return 0
+    try:
+        with loading.load() as backend:
+            print(backend.trace.text())
+            info = backend.info()
+            dev = info.get("device", {})
+            mem = dev.get("memory_total")
+            print(f"[backend-cuda] loaded              : {backend.trace.decision.label} on {dev.get('name')}"
+                  + (f", {dev.get('memory_free', 0) / 2**30:.1f}/{mem / 2**30:.1f} GiB free" if mem else "")
+                  + (f", {dev['temperature_c']} C" if dev.get("temperature_c") is not None else ""))
+    except CuplugError as exc:
+        print(trace.text())
+        print(f"[backend-cuda] load failed         : {exc}")
+        return 1
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cuplug", description="Find, check and explain cuplug's backends.")
+    parser.add_argument("--version", action="version", version=f"cuplug {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("probe", help="load the best backend, run a vector add, check it, exit with a step code",
+                       description="Load through the normal path, initialize, run a vector add of 2^20+3 "
+                                   "elements, verify it on the host and exit with the code of the first "
+                                   "failing step.", epilog=PROBE_EXIT_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--allow-cpu", action="store_true", help="a correct CPU fallback exits 0")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds before a hung step is reported (120)")
+    p.set_defaults(func=cmd_probe)
+    d = sub.add_parser("doctor", help="the diagnostic table: driver, devices, candidates, decision",
+                       description="Print driver and runtime versions, devices, every installed artifact "
+                                   "accepted or rejected and why, the environment variables that matter, "
+                                   "the decision, and (unless --no-load) the load result.")
+    d.add_argument("--json", action="store_true", help=f"one JSON object, schema {DOCTOR_SCHEMA}")
+    d.add_argument("--no-load", action="store_true", help="decide only; dlopen nothing")
+    d.set_defaults(func=cmd_doctor)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CuplugError as exc:
+        print(f"cuplug {args.command}: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,97 @@
+"""Backend manifests: what each installed CUDA extra offers, read without dlopen.
+
+A backend package (``cuplug-cuda12``/``cuplug-cuda13``) registers itself in the
+entry-point group ``cuplug.backends`` (name: its CUDA major, value: its module)
+and ships ``manifest.json`` beside its artifacts. Locating the module uses
+``importlib.util.find_spec``, which does not import it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+MANIFEST_SCHEMA = 1
+ENTRY_POINT_GROUP = "cuplug.backends"
+
+
+class ManifestError(ValueError):
+    """A manifest is missing, unreadable or of an unknown schema."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Artifact:
+    backend: str
+    variant: str
+    file: str  # relative to the package directory
+    sha256: str
+    size: int
+    sass: tuple[str, ...]  # e.g. ("sm_80",)
+    ptx: tuple[str, ...]  # e.g. ("compute_75",)
+    ptx_isa: str | None  # e.g. "8.4"
+    cuda_version: str  # toolkit, e.g. "12.4"
+    min_driver: int  # cuDriverGetVersion the runtime needs, e.g. 12000
+    abi: int
+    cuda: str = ""  # package's CUDA major, e.g. "cuda12"
+    package_dir: str = ""  # absolute directory the manifest was read from
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], cuda: str, package_dir: str) -> Artifact:
+        try:
+            return cls(
+                backend=str(d["backend"]), variant=str(d["variant"]), file=str(d["file"]),
+                sha256=str(d["sha256"]), size=int(d["size"]), sass=tuple(d["sass"]), ptx=tuple(d["ptx"]),
+                ptx_isa=d.get("ptx_isa"), cuda_version=str(d["cuda_version"]), min_driver=int(d["min_driver"]),
+                abi=int(d["abi"]), cuda=cuda, package_dir=package_dir,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ManifestError(f"artifact entry lacks or mistypes a field: {exc}") from exc
+
+    def to_json(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        del d["cuda"], d["package_dir"]
+        d["sass"], d["ptx"] = list(self.sass), list(self.ptx)
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class InstalledPackage:
+    cuda: str
+    module: str
+    directory: Path
+    artifacts: tuple[Artifact, ...] = ()
+    error: str | None = None  # why its manifest could not be used
+
+
+def read_manifest(directory: Path, cuda: str) -> tuple[Artifact, ...]:
+    path = directory / "manifest.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise ManifestError(f"{path} is missing") from exc
+    except (OSError, ValueError) as exc:
+        raise ManifestError(f"{path} is unreadable: {exc}") from exc
+    if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
+        raise ManifestError(f"{path}: schema {data.get('schema') if isinstance(data, dict) else '?'} "
+                            f"is not {MANIFEST_SCHEMA}; upgrade cuplug or reinstall the backend")
+    return tuple(Artifact.from_json(a, cuda, str(directory)) for a in data.get("artifacts", ()))
+
+
+def installed_packages() -> tuple[InstalledPackage, ...]:
+    """Every registered backend package, sorted by name, each with its artifacts or its error."""
+    found = []
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        spec = importlib.util.find_spec(ep.value)
+        if spec is None or not spec.submodule_search_locations:
+            found.append(InstalledPackage(ep.name, ep.value, Path("."), error=f"module {ep.value} not found"))
+            continue
+        directory = Path(next(iter(spec.submodule_search_locations))).resolve()
+        try:
+            found.append(InstalledPackage(ep.name, ep.value, directory, read_manifest(directory, ep.name)))
+        except ManifestError as exc:
+            found.append(InstalledPackage(ep.name, ep.value, directory, error=str(exc)))
+    return tuple(found)

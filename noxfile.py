@@ -1,0 +1,73 @@
+"""cuplug's jobs. Run through `python3 ci/nox.py -s <session>` (pinned nox in a private venv)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import nox
+
+nox.needs_version = ">=2026.10.20"
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["lint", "tests"]
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "loader"))  # build helpers (cuplug.build), no install needed
+
+BUILD_TOOLS = ["scikit-build-core==1.1.2", "cmake==4.4.5", "ninja==1.13.2"]
+TEST_DEPS = ["pytest==9.0.3", "numpy==2.4.6", "jsonschema==4.26.0", "hypothesis==6.155.2"]
+LINT_DEPS = ["ruff==0.17.6", "validate-pyproject[all]==0.27"]
+
+
+def _clean_env() -> dict[str, str]:
+    """No system CUDA: hide /usr/local/cuda and any nvcc on PATH from every build."""
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if "cuda" not in p.lower()]
+    return {"PATH": os.pathsep.join(path), "CUDA_HOME": "", "CUDA_PATH": "", "CUDACXX": ""}
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff (lint + format check) and validate-pyproject."""
+    session.install(*LINT_DEPS)
+    session.run("ruff", "check", "loader", "tests", "noxfile.py", "ci")
+    session.run("validate-pyproject", "pyproject.toml")
+
+
+@nox.session
+def wheel(session: nox.Session) -> None:
+    """Build the main `cuplug` wheel (loader + CPU backend) into dist/."""
+    session.install("build==1.3.0", *BUILD_TOOLS)
+    session.run("python", "-m", "build", "--wheel", "--no-isolation", "--outdir", "dist", env=_clean_env())
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Install cuplug (building its CPU backend) and run pytest against the installed package."""
+    session.install(*BUILD_TOOLS, *TEST_DEPS)
+    session.install("--no-build-isolation", ".", env=_clean_env())
+    # From a directory outside the tree: nothing is imported from the checkout.
+    with tempfile.TemporaryDirectory() as tmp:
+        session.chdir(tmp)
+        session.run("python", "-m", "pytest", str(ROOT / "tests"), "-p", "no:cacheprovider",
+                    f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml"), *session.posargs)
+
+
+@nox.session
+def main(session: nox.Session) -> None:
+    """The main job: build, install into a fresh venv, run `cuplug probe` from outside the tree."""
+    session.install("build==1.3.0", *BUILD_TOOLS)
+    dist = ROOT / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("python", "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), env=_clean_env())
+    with tempfile.TemporaryDirectory() as tmp:
+        env_dir = Path(tmp) / "venv"
+        session.run("python", "-m", "venv", str(env_dir))
+        py = str(env_dir / "bin" / "python")
+        session.run(py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(dist), "cuplug",
+                    external=True)
+        session.chdir(tmp)
+        session.run(str(env_dir / "bin" / "cuplug"), "probe", "--allow-cpu", external=True)
+        session.run(str(env_dir / "bin" / "cuplug"), "doctor", external=True)

@@ -1,0 +1,66 @@
+"""Shared fixtures: the installed CPU backend, a fake libcuda.so.1, subprocess runners."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+GPU_PRESENT = shutil.which("nvidia-smi") is not None and os.path.exists("/dev/nvidiactl")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip = pytest.mark.skip(reason="needs a real NVIDIA GPU")
+    for item in items:
+        if "gpu" in item.keywords and not GPU_PRESENT:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def cpu_lib_path() -> Path:
+    import cuplug.loading
+
+    path = cuplug.loading.cpu_library_path("vector")
+    assert path.is_file(), f"the installed cuplug lacks its CPU backend at {path}"
+    assert "site-packages" in str(path), "tests must run against the installed package, not the checkout"
+    return path
+
+
+@pytest.fixture(scope="session")
+def fake_driver_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Builds tests/fake_cuda/fake_libcuda.c into <tmp>/libcuda.so.1."""
+    out = tmp_path_factory.mktemp("fake_cuda")
+    cc = os.environ.get("CC", "cc")
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-o", str(out / "libcuda.so.1"),
+                    str(HERE / "fake_cuda" / "fake_libcuda.c"), "-ldl"], check=True)
+    return out
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The parent's environment without any cuplug/CUDA knob, plus ``extra``."""
+    drop = ("CUPLUG_", "BACKEND_CUDA_", "CUDA_VISIBLE_DEVICES", "FAKE_CUDA_", "LD_LIBRARY_PATH")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env.update(extra)
+    return env
+
+
+def run_py(code: str, env: dict[str, str], cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def run_json(code: str, env: dict[str, str]) -> object:
+    proc = run_py(code, env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_cli(args: list[str], env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cuplug", *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=120)

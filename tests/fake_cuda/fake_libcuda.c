@@ -1,0 +1,141 @@
+/*
+ * A fake libcuda.so.1 for CPU-only tests, configured by environment variables:
+ *   FAKE_CUDA_INIT_ERROR     cuInit's return code (default 0)
+ *   FAKE_CUDA_DRIVER_VERSION cuDriverGetVersion (default 13000)
+ *   FAKE_CUDA_DEVICES        comma list of capabilities, e.g. "9.0,8.6" (default "9.0")
+ *   FAKE_CUDA_MARKER         a file created when the library is loaded
+ * CUDA_VISIBLE_DEVICES is emulated as the driver does it inside cuInit: a comma
+ * list of indices or GPU-UUID prefixes, ending at the first bad entry; "" -> none.
+ * cuGetProcAddress answers with this library's own symbols.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEV 16
+typedef int CUresult;
+static int n_all, n_vis, vis[MAX_DEV], caps[MAX_DEV][2], inited;
+
+static void uuid_of(int i, unsigned char out[16]) {
+    for (int k = 0; k < 16; ++k) out[k] = (unsigned char)(k == 15 ? i : 0xab);
+}
+static void uuid_str(int i, char* s) {
+    unsigned char u[16];
+    uuid_of(i, u);
+    sprintf(s, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+            u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+static void* self_handle;
+
+__attribute__((constructor)) static void on_load(void) {
+    Dl_info info;
+    if (dladdr((void*)&on_load, &info) && info.dli_fname)
+        self_handle = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL);
+    const char* m = getenv("FAKE_CUDA_MARKER");
+    if (m) fclose(fopen(m, "w"));
+}
+
+static void parse(void) {
+    const char* d = getenv("FAKE_CUDA_DEVICES");
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", d ? d : "9.0");
+    n_all = 0;
+    for (char* t = strtok(buf, ","); t && n_all < MAX_DEV; t = strtok(NULL, ",")) {
+        if (sscanf(t, "%d.%d", &caps[n_all][0], &caps[n_all][1]) == 2) n_all++;
+    }
+    const char* v = getenv("CUDA_VISIBLE_DEVICES");
+    n_vis = 0;
+    if (v == NULL) {
+        for (int i = 0; i < n_all; ++i) vis[n_vis++] = i;
+        return;
+    }
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char* t = strtok(buf, ","); t && n_vis < MAX_DEV; t = strtok(NULL, ",")) {
+        int found = -1;
+        if (strncmp(t, "GPU-", 4) == 0) {
+            for (int i = 0; i < n_all; ++i) {
+                char s[64];
+                uuid_str(i, s);
+                if (strncmp(s, t, strlen(t)) == 0) found = i;
+            }
+        } else {
+            char* end;
+            long idx = strtol(t, &end, 10);
+            if (*end == '\0' && idx >= 0 && idx < n_all) found = (int)idx;
+        }
+        if (found < 0) break; /* the list ends at the first bad entry */
+        vis[n_vis++] = found;
+    }
+}
+
+CUresult cuInit(unsigned flags) {
+    (void)flags;
+    const char* e = getenv("FAKE_CUDA_INIT_ERROR");
+    if (e && atoi(e)) return atoi(e);
+    parse();
+    inited = 1;
+    return n_vis ? 0 : 100; /* CUDA_ERROR_NO_DEVICE */
+}
+CUresult cuDriverGetVersion(int* v) {
+    const char* e = getenv("FAKE_CUDA_DRIVER_VERSION");
+    *v = e ? atoi(e) : 13000;
+    return 0;
+}
+CUresult cuDeviceGetCount(int* n) {
+    if (!inited) return 3; /* CUDA_ERROR_NOT_INITIALIZED */
+    *n = n_vis;
+    return 0;
+}
+CUresult cuDeviceGet(int* dev, int ordinal) {
+    if (!inited) return 3;
+    if (ordinal < 0 || ordinal >= n_vis) return 101; /* CUDA_ERROR_INVALID_DEVICE */
+    *dev = ordinal;
+    return 0;
+}
+CUresult cuDeviceGetAttribute(int* value, int attrib, int dev) {
+    if (dev < 0 || dev >= n_vis) return 101;
+    if (attrib == 75) *value = caps[vis[dev]][0];
+    else if (attrib == 76) *value = caps[vis[dev]][1];
+    else *value = 0;
+    return 0;
+}
+CUresult cuDeviceGetName(char* name, int len, int dev) {
+    if (dev < 0 || dev >= n_vis) return 101;
+    snprintf(name, (size_t)len, "Fake GPU %d (CC %d.%d)", vis[dev], caps[vis[dev]][0], caps[vis[dev]][1]);
+    return 0;
+}
+CUresult cuDeviceTotalMem_v2(size_t* bytes, int dev) {
+    if (dev < 0 || dev >= n_vis) return 101;
+    *bytes = (size_t)16 << 30;
+    return 0;
+}
+CUresult cuDeviceGetUuid_v2(unsigned char* uuid, int dev) {
+    if (dev < 0 || dev >= n_vis) return 101;
+    uuid_of(vis[dev], uuid);
+    return 0;
+}
+CUresult cuDeviceGetUuid(unsigned char* uuid, int dev) { return cuDeviceGetUuid_v2(uuid, dev); }
+CUresult cuGetErrorName(CUresult err, const char** s) {
+    switch (err) {
+        case 0: *s = "CUDA_SUCCESS"; return 0;
+        case 3: *s = "CUDA_ERROR_NOT_INITIALIZED"; return 0;
+        case 34: *s = "CUDA_ERROR_STUB_LIBRARY"; return 0;
+        case 35: *s = "CUDA_ERROR_INSUFFICIENT_DRIVER"; return 0;
+        case 100: *s = "CUDA_ERROR_NO_DEVICE"; return 0;
+        case 101: *s = "CUDA_ERROR_INVALID_DEVICE"; return 0;
+        default: *s = "CUDA_ERROR_UNKNOWN"; return 999 == err ? 0 : 1;
+    }
+}
+CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, unsigned long long flags) {
+    (void)version; (void)flags;
+    *pfn = self_handle ? dlsym(self_handle, symbol) : NULL;
+    return *pfn ? 0 : 500; /* CUDA_ERROR_NOT_FOUND */
+}
+CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, unsigned long long flags, int* status) {
+    CUresult rc = cuGetProcAddress(symbol, pfn, version, flags);
+    if (status) *status = rc ? 1 : 0;
+    return rc;
+}

@@ -55,6 +55,35 @@ def tests(session: nox.Session) -> None:
                     f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml"), *session.posargs)
 
 
+CUDA_MAJORS = ["cuda12", "cuda13"]
+
+
+def _build_backends(session: nox.Session, majors: list[str]) -> None:
+    from cuplug.build import artifacts, toolchain
+
+    sysroot = toolchain.install_sysroot(session.log)
+    for major in majors:
+        tc = toolchain.install(major, session.log)
+        artifacts.build_backend(tc, ROOT / "backends", ROOT / "build" / "backends" / major, sysroot=sysroot,
+                                log=session.log, cmake=str(Path(session.bin) / "cmake"),
+                                env={**os.environ, **_clean_env()})
+
+
+@nox.session
+def build_backends(session: nox.Session) -> None:
+    """Install the pinned CUDA 12.4 and 13.0 toolchains (cached) and build every variant + manifest.
+
+    `-- cuda13` (or cuda12) builds one major only. Output: build/backends/<major>/<variant>/libcuplug_vector.so
+    and build/backends/<major>/manifest.json, facts read back from the files.
+    """
+    majors = session.posargs or CUDA_MAJORS
+    unknown = sorted(set(majors) - set(CUDA_MAJORS))
+    if unknown:
+        session.error(f"unknown CUDA major(s) {unknown}; choose from {CUDA_MAJORS}")
+    session.install("cmake==4.4.5", "ninja==1.13.2")
+    _build_backends(session, majors)
+
+
 @nox.session
 def main(session: nox.Session) -> None:
     """The main job: build, install into a fresh venv, run `cuplug probe` from outside the tree."""

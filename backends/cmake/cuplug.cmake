@@ -181,7 +181,12 @@ function(cuplug_add_cuda_backend name)
       CUPLUG_SASS_LIST="${_archs_SASS}" CUPLUG_PTX_LIST="${_archs_PTX}")
     target_compile_options(${target} PRIVATE
       $<$<COMPILE_LANGUAGE:CUDA>:-O3 -Xcompiler=-fPIC,-fvisibility=hidden>)
-    target_link_options(${target} PRIVATE -static-libstdc++ -static-libgcc)
+    if(NOT CUPLUG_SYSROOT)
+      # Host glibc: fold the C++ runtime in. With the old-glibc sysroot, gcc 12's
+      # static libstdc++/libgcc_eh need newer glibc symbols, so link them
+      # dynamically (the sysroot's libstdc++ 10 keeps symbol versions old).
+      target_link_options(${target} PRIVATE -static-libstdc++ -static-libgcc)
+    endif()
     _cuplug_common_link(${target})
     message(STATUS "cuplug: ${target} -> ${variant}/libcuplug_${name}.so, CUDA_ARCHITECTURES ${_archs}")
   endforeach()

@@ -8,11 +8,10 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstdio>
-#include <mutex>
-#include <new>
-#include <string>
 
 #include "cuplug_common.h"
 
@@ -34,7 +33,15 @@ namespace {
 constexpr int kThreads = 256;
 constexpr size_t kStageBytes = size_t(8) << 20;  // one pinned staging chunk
 
-std::mutex g_create_lock;  // device selection + context creation, process-wide
+// No libstdc++ types here (pthread, not std::mutex): with the old-glibc sysroot the
+// library then needs only GLIBCXX symbols that manylinux2014 allows.
+pthread_mutex_t g_create_lock = PTHREAD_MUTEX_INITIALIZER;  // device selection + context creation
+
+struct Guard {
+  pthread_mutex_t* m;
+  explicit Guard(pthread_mutex_t* mutex) : m(mutex) { pthread_mutex_lock(m); }
+  ~Guard() { pthread_mutex_unlock(m); }
+};
 long long g_next_serial = 1;
 thread_local char g_create_error[CUPLUG_ERR_LEN];
 
@@ -144,20 +151,21 @@ int read_temperature_c(int device) {
 
 }  // namespace
 
+// Allocated with calloc: every member starts zero/NULL.
 struct cuplug_backend {
-  std::mutex lock;  // serializes calls on one instance
-  int device = 0;
-  int sm_count = 1;
-  cudaDeviceProp props{};
-  cudaStream_t stream = nullptr;
-  cuplug_buffer_table buffers{};
-  float* pinned[2] = {nullptr, nullptr};  // staging for host arrays
-  cudaEvent_t pinned_free[2] = {nullptr, nullptr};
-  float* scratch = nullptr;  // device arrays for the host path: x | y | out
-  size_t scratch_bytes = 0;
-  double* partials = nullptr;  // sum pass 1
-  int partials_count = 0;
-  char last_error[CUPLUG_ERR_LEN] = {0};
+  pthread_mutex_t lock;  // serializes calls on one instance
+  int device;
+  int sm_count;
+  cudaDeviceProp props;
+  cudaStream_t stream;
+  cuplug_buffer_table buffers;
+  float* pinned[2];  // staging for host arrays
+  cudaEvent_t pinned_free[2];
+  float* scratch;  // device arrays for the host path: x | y | out
+  size_t scratch_bytes;
+  double* partials;  // sum pass 1
+  int partials_count;
+  char last_error[CUPLUG_ERR_LEN];
 
   int fail(int code, const char* fmt, ...) {
     va_list ap;
@@ -333,7 +341,7 @@ CUPLUG_API cuplug_backend* cuplug_backend_create(const char* device_pref) {
     }
     device = (int)v;
   }
-  std::lock_guard<std::mutex> guard(g_create_lock);
+  Guard guard(&g_create_lock);
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
@@ -344,11 +352,12 @@ CUPLUG_API cuplug_backend* cuplug_backend_create(const char* device_pref) {
     snprintf(g_create_error, CUPLUG_ERR_LEN, "device %d requested, %d visible", device, count);
     return nullptr;
   }
-  cuplug_backend* h = new (std::nothrow) cuplug_backend();
+  cuplug_backend* h = static_cast<cuplug_backend*>(calloc(1, sizeof(cuplug_backend)));
   if (h == nullptr) {
     snprintf(g_create_error, CUPLUG_ERR_LEN, "out of host memory");
     return nullptr;
   }
+  pthread_mutex_init(&h->lock, nullptr);
   h->device = device;
   h->buffers.serial = g_next_serial++;
   const char* step = "cudaSetDevice";
@@ -360,7 +369,8 @@ CUPLUG_API cuplug_backend* cuplug_backend_create(const char* device_pref) {
     set_create_error(step, err);
     cudaGetLastError();
     release(h);
-    delete h;
+    pthread_mutex_destroy(&h->lock);
+    free(h);
     return nullptr;
   }
   h->sm_count = h->props.multiProcessorCount;
@@ -374,13 +384,13 @@ CUPLUG_API int cuplug_backend_last_create_error(char* buf, int len) {
 
 CUPLUG_API int cuplug_backend_last_error(cuplug_backend* h, char* buf, int len) {
   if (h == nullptr) return cuplug_write_text("NULL backend handle", buf, len);
-  std::lock_guard<std::mutex> guard(h->lock);
+  Guard guard(&h->lock);
   return cuplug_write_text(h->last_error, buf, len);
 }
 
 CUPLUG_API int cuplug_backend_ping(cuplug_backend* h, char* buf, int len) {
   if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
-  std::lock_guard<std::mutex> guard(h->lock);
+  Guard guard(&h->lock);
   CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
   // Smoke launch: a missing kernel image for this GPU surfaces here.
   float* probe = nullptr;
@@ -398,9 +408,11 @@ CUPLUG_API int cuplug_backend_ping(cuplug_backend* h, char* buf, int len) {
   int temp = read_temperature_c(h->device);
   char temp_s[16];
   if (temp >= 0) snprintf(temp_s, sizeof temp_s, "%d", temp); else snprintf(temp_s, sizeof temp_s, "null");
-  std::string name;
-  for (const char* c = h->props.name; *c; ++c)
-    if (*c != '"' && *c != '\\') name += *c;
+  char name[256];
+  size_t k = 0;
+  for (const char* c = h->props.name; *c && k + 1 < sizeof name; ++c)
+    if (*c != '"' && *c != '\\') name[k++] = *c;
+  name[k] = '\0';
   char info[2048];
   snprintf(info, sizeof info,
            "{\"backend\":\"%s\",\"variant\":\"%s\",\"abi\":%d,\"driver_version\":%d,"
@@ -408,7 +420,7 @@ CUPLUG_API int cuplug_backend_ping(cuplug_backend* h, char* buf, int len) {
            "\"memory_free\":%zu,\"memory_total\":%zu,\"temperature_c\":%s,\"multiprocessors\":%d},"
            "\"sass\":\"%s\",\"ptx\":\"%s\"}",
            CUPLUG_BACKEND_NAME, CUPLUG_VARIANT, CUPLUG_BACKEND_ABI_VERSION, driver, runtime,
-           h->device, name.c_str(), h->props.major, h->props.minor, free_b, total_b, temp_s,
+           h->device, name, h->props.major, h->props.minor, free_b, total_b, temp_s,
            h->sm_count, CUPLUG_SASS_LIST, CUPLUG_PTX_LIST);
   return cuplug_write_text(info, buf, len);
 }
@@ -416,7 +428,7 @@ CUPLUG_API int cuplug_backend_ping(cuplug_backend* h, char* buf, int len) {
 CUPLUG_API int cuplug_backend_run(cuplug_backend* h, const char* op, const float* x, const float* y,
                                   float alpha, float beta, float* out, long long n) {
   if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
-  std::lock_guard<std::mutex> guard(h->lock);
+  Guard guard(&h->lock);
   int code, rc = check_op(h, op, n, &code);
   if (rc) return rc;
   if (!x || !out || (code == CUPLUG_OP_ADD && !y))
@@ -438,7 +450,7 @@ CUPLUG_API int cuplug_backend_run(cuplug_backend* h, const char* op, const float
 
 CUPLUG_API long long cuplug_backend_alloc(cuplug_backend* h, long long n) {
   if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
-  std::lock_guard<std::mutex> guard(h->lock);
+  Guard guard(&h->lock);
   if (n <= 0 || n > CUPLUG_MAX_ELEMENTS)
     return h->fail(CUPLUG_E_INVALID_ARGUMENT, "alloc: n must be in 1..%lld, got %lld", CUPLUG_MAX_ELEMENTS, n);
   CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
@@ -460,7 +472,7 @@ CUPLUG_API long long cuplug_backend_alloc(cuplug_backend* h, long long n) {
 
 CUPLUG_API int cuplug_backend_upload(cuplug_backend* h, long long id, const float* host, long long n) {
   if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
-  std::lock_guard<std::mutex> guard(h->lock);
+  Guard guard(&h->lock);
   int rc = CUPLUG_OK;
   cuplug_buffer* b = buffer_for(h, id, n, "upload", &rc);
   if (!b) return rc;
@@ -473,7 +485,7 @@ CUPLUG_API int cuplug_backend_upload(cuplug_backend* h, long long id, const floa
 
 CUPLUG_API int cuplug_backend_download(cuplug_backend* h, long long id, float* host, long long n) {
   if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
-  std::lock_guard<std::mutex> guard(h->lock);
+  Guard guard(&h->lock);
   int rc = CUPLUG_OK;
   cuplug_buffer* b = buffer_for(h, id, n, "download", &rc);
   if (!b) return rc;
@@ -486,7 +498,7 @@ CUPLUG_API int cuplug_backend_run_resident(cuplug_backend* h, const char* op, lo
                                            long long in2_id, long long out_id, float alpha,
                                            float beta, long long n) {
   if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
-  std::lock_guard<std::mutex> guard(h->lock);
+  Guard guard(&h->lock);
   int code, rc = check_op(h, op, n, &code);
   if (rc) return rc;
   cuplug_buffer *x = nullptr, *y = nullptr, *out = nullptr;
@@ -501,7 +513,7 @@ CUPLUG_API int cuplug_backend_run_resident(cuplug_backend* h, const char* op, lo
 
 CUPLUG_API int cuplug_backend_sync(cuplug_backend* h) {
   if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
-  std::lock_guard<std::mutex> guard(h->lock);
+  Guard guard(&h->lock);
   CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
   CUPLUG_TRY(cudaStreamSynchronize(h->stream), "cudaStreamSynchronize");
   return CUPLUG_OK;
@@ -509,7 +521,7 @@ CUPLUG_API int cuplug_backend_sync(cuplug_backend* h) {
 
 CUPLUG_API int cuplug_backend_free(cuplug_backend* h, long long id) {
   if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
-  std::lock_guard<std::mutex> guard(h->lock);
+  Guard guard(&h->lock);
   cuplug_buffer* b = cuplug_table_get(&h->buffers, id);
   if (b == nullptr)
     return h->fail(CUPLUG_E_BAD_BUFFER, "free: buffer id %lld is not a live buffer of this instance", id);
@@ -523,10 +535,11 @@ CUPLUG_API int cuplug_backend_free(cuplug_backend* h, long long id) {
 CUPLUG_API void cuplug_backend_destroy(cuplug_backend* h) {
   if (h == nullptr) return;
   {
-    std::lock_guard<std::mutex> guard(h->lock);
+    Guard guard(&h->lock);
     release(h);
   }
-  delete h;
+  pthread_mutex_destroy(&h->lock);
+  free(h);
 }
 
 }  // extern "C"

@@ -36,17 +36,24 @@ def lint(session: nox.Session) -> None:
     session.run("validate-pyproject", "pyproject.toml")
 
 
-@nox.session
-def wheel(session: nox.Session) -> None:
-    """Build the main `cuplug` wheel (loader + CPU backend) into dist/."""
-    session.install("build==1.3.0", *BUILD_TOOLS)
-    session.run("python", "-m", "build", "--wheel", "--no-isolation", "--outdir", "dist", env=_clean_env())
+def _backend_wheels(session: nox.Session, out: Path) -> None:
+    sys.path.insert(0, str(ROOT / "packaging"))
+    import backend_wheel
+
+    version = nox.project.load_toml("pyproject.toml")["project"]["version"]
+    for major in CUDA_MAJORS:
+        session.log(f"wheel: {backend_wheel.build_wheel(ROOT / 'build' / 'backends' / major, major, version, out)}")
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Install cuplug (building its CPU backend) and run pytest against the installed package."""
+    """Build the CUDA variants (cached), install cuplug, run pytest against the installed package and wheels."""
     session.install(*BUILD_TOOLS, *TEST_DEPS)
+    _build_backends(session, CUDA_MAJORS)
+    wheels = ROOT / "build" / "wheels"
+    shutil.rmtree(wheels, ignore_errors=True)
+    _backend_wheels(session, wheels)
+    session.env["CUPLUG_TEST_WHEELS"] = str(wheels)
     session.install("--no-build-isolation", ".", env=_clean_env())
     # From a directory outside the tree: nothing is imported from the checkout.
     with tempfile.TemporaryDirectory() as tmp:
@@ -85,18 +92,27 @@ def build_backends(session: nox.Session) -> None:
 
 
 @nox.session
-def main(session: nox.Session) -> None:
-    """The main job: build, install into a fresh venv, run `cuplug probe` from outside the tree."""
+def wheels(session: nox.Session) -> None:
+    """The main wheel and both backend wheels into dist/ (builds the variants first, cached)."""
     session.install("build==1.3.0", *BUILD_TOOLS)
+    _build_backends(session, CUDA_MAJORS)
     dist = ROOT / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     session.run("python", "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), env=_clean_env())
+    _backend_wheels(session, dist)
+
+
+@nox.session
+def main(session: nox.Session) -> None:
+    """The main job: every variant and wheel, `cuplug[cuda13]` into a fresh venv, `cuplug probe` outside the tree."""
+    wheels(session)
+    dist = ROOT / "dist"
     with tempfile.TemporaryDirectory() as tmp:
         env_dir = Path(tmp) / "venv"
         session.run("python", "-m", "venv", str(env_dir))
         py = str(env_dir / "bin" / "python")
-        session.run(py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(dist), "cuplug",
+        session.run(py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(dist), "cuplug[cuda13]",
                     external=True)
         session.chdir(tmp)
-        session.run(str(env_dir / "bin" / "cuplug"), "probe", "--allow-cpu", external=True)
         session.run(str(env_dir / "bin" / "cuplug"), "doctor", external=True)
+        session.run(str(env_dir / "bin" / "cuplug"), "probe", "--allow-cpu", external=True)

@@ -116,3 +116,26 @@ def main(session: nox.Session) -> None:
         session.chdir(tmp)
         session.run(str(env_dir / "bin" / "cuplug"), "doctor", external=True)
         session.run(str(env_dir / "bin" / "cuplug"), "probe", "--allow-cpu", external=True)
+
+
+@nox.session(default=False, venv_params=["--system-site-packages"])  # torch, CuPy from the host
+def gpu_tests(session: nox.Session) -> None:
+    """The `gpu` tests against the installed wheels (needs a GPU; they skip without one)."""
+    session.install(*TEST_DEPS)  # cuda-bindings, for the cross-check, comes from the host if present
+    wheels(session)
+    session.install("--no-index", "--find-links", str(ROOT / "dist"), "cuplug[cuda12,cuda13]")
+    with tempfile.TemporaryDirectory() as tmp:
+        session.chdir(tmp)
+        session.run("python", "-m", "pytest", str(ROOT / "tests" / "test_gpu.py"), "-p", "no:cacheprovider",
+                    f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml"), "-m", "gpu", *session.posargs)
+
+
+@nox.session(default=False, venv_params=["--system-site-packages"])  # torch, CuPy from the host
+def bench(session: nox.Session) -> None:
+    """GPU benchmarks side by side with torch and CuPy (needs a GPU, torch, cupy); JSON + PNG in bench/results/."""
+    session.install("numpy==2.4.6", "matplotlib")
+    wheels(session)
+    session.install("--no-index", "--find-links", str(ROOT / "dist"), "cuplug[cuda12,cuda13]")
+    out = ROOT / "bench" / "results" / "latest.json"
+    session.run("python", str(ROOT / "bench" / "gpu_bench.py"), str(out))
+    session.run("python", str(ROOT / "bench" / "plot.py"), str(out))

@@ -33,7 +33,10 @@ function(_cuplug_common_link target)
   target_link_options(${target} PRIVATE
     "LINKER:--version-script=${CUPLUG_CMAKE_DIR}/cuplug_exports.map"
     "LINKER:--no-undefined" "LINKER:--as-needed" "LINKER:--exclude-libs,ALL"
-    "LINKER:--build-id=none")
+    "LINKER:--build-id=none"
+    # No .symtab: it holds nvcc's tmpxft_<pid> file names, the only bytes that
+    # differed between two clean builds. The dynamic ABI symbols stay.
+    "LINKER:--strip-all")
   if(CUPLUG_SYSROOT)
     set(_s "${CUPLUG_SYSROOT}")
     target_link_options(${target} PRIVATE

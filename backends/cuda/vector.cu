@@ -28,7 +28,7 @@
 #define CUPLUG_PTX_LIST ""
 #endif
 
-namespace {
+namespace cuplug_impl {
 
 constexpr int kThreads = 256;
 constexpr size_t kStageBytes = size_t(8) << 20;  // one pinned staging chunk
@@ -149,7 +149,11 @@ int read_temperature_c(int device) {
   return (int)t;
 }
 
-}  // namespace
+}  // namespace cuplug_impl
+
+// A named namespace, not an anonymous one: cudafe++ names anonymous namespaces
+// with a random per-compile id, which made two clean builds differ.
+using namespace cuplug_impl;
 
 // Allocated with calloc: every member starts zero/NULL.
 struct cuplug_backend {
@@ -193,7 +197,7 @@ struct cuplug_backend {
     if (rc_ != CUPLUG_OK) return rc_;          \
   } while (0)
 
-namespace {
+namespace cuplug_impl {
 
 int ensure_scratch(cuplug_backend* h, size_t bytes) {
   if (h->scratch_bytes >= bytes) return CUPLUG_OK;
@@ -323,7 +327,7 @@ void set_create_error(const char* step, cudaError_t err) {
            cudaGetErrorString(err));
 }
 
-}  // namespace
+}  // namespace cuplug_impl
 
 extern "C" {
 

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -58,6 +59,8 @@ def toolkit_archs(tc: Toolchain) -> list[int]:
 
 def expected_targets(matrix: dict, variant: str, archs: list[int]) -> tuple[list[str], list[str]]:
     """What a variant must contain: (sass, ptx) names, from the matrix and the toolkit's arch list."""
+    if variant not in matrix["variants"]:
+        raise BuildError(f"unknown variant {variant!r}; the matrix has {sorted(matrix['variants'])}")
     spec = matrix["variants"][variant]
     usable = [a for a in archs if a >= int(matrix["min_arch"])]
 
@@ -121,6 +124,10 @@ def build_backend(tc: Toolchain, source_dir: Path, build_dir: Path, *, sysroot: 
     """Configures and builds every variant; checks each; writes ``build_dir/manifest.json``."""
     from cuplug.select import ptx_driver_needed
 
+    for compiler in ("cc", "c++"):
+        if shutil.which(compiler, path=(env or os.environ).get("PATH")) is None:
+            raise BuildError(f"no `{compiler}` on PATH: nvcc needs a host C/C++ compiler "
+                             "(Debian: apt-get install gcc g++)")
     matrix_path = matrix_path or source_dir / "variants.json"
     matrix = load_matrix(matrix_path)
     variants = sorted(matrix["variants"])

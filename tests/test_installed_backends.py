@@ -130,3 +130,21 @@ def test_planted_library_is_never_loaded(site, fake_driver_dir, tmp_path):
 def test_kill_switch_with_backends_installed(site, fake_driver_dir):
     got = run_json(DECIDE_LOAD, env_for(site, fake_driver_dir, CUPLUG_DISABLE_CUDA="1"))
     assert got["code"] == "disabled" and got["variant"] == "cpu" and got["candidates"] == [["cpu", True, "disabled"]]
+
+
+def test_concurrent_load_from_16_threads(site, fake_driver_dir):
+    code = ("import json, threading, array, cuplug; out = []\n"
+            "def go(k):\n"
+            "    b = cuplug.load(); x = array.array('f', [float(k)] * 1000)\n"
+            "    out.append((b.variant, b.run('sum', x) == 1000.0 * k)); b.close()\n"
+            "ts = [threading.Thread(target=go, args=(k,)) for k in range(16)]\n"
+            "[t.start() for t in ts]; [t.join() for t in ts]; print(json.dumps(out))")
+    got = run_json(code, env_for(site, fake_driver_dir))
+    assert len(got) == 16 and all(ok for _, ok in got)
+
+
+def test_isolated_probe_leaves_this_process_uninitialized(site, fake_driver_dir):
+    code = ("import json, cuplug; p = cuplug.probe(isolated=True); "
+            "print(json.dumps([p['code'], len(p['devices']), 'libcuda' in open('/proc/self/maps').read()]))")
+    got = run_json(code, env_for(site, fake_driver_dir, FAKE_CUDA_DEVICES="9.0,8.0"))
+    assert got == ["ok", 2, False]

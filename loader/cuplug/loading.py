@@ -152,7 +152,8 @@ def load(backend: str = "vector", device: int | str | None = None) -> Backend:
         if trace.attempts:  # every accepted CUDA candidate failed to load: the best one's failure is the reason
             first = trace.attempts[0]
             trace.decision_code = first.code
-            trace.decision_reason = f"{select.Candidate(first.variant, first.cuda, False, '', '', 0).label}: {first.reason}"
+            label = f"{first.cuda}/{first.variant}" if first.cuda else first.variant
+            trace.decision_reason = f"{label}: {first.reason}"
         cpu = trace.candidates[-1]
         trace.decision = cpu
         if trace.policy.require_cuda and trace.decision_code != reasons.FORCED:

@@ -9,7 +9,6 @@ exports anything but the ABI.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -19,18 +18,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .toolchain import Toolchain, ToolchainError
+from cuplug import abi
+from cuplug.manifest import MANIFEST_SCHEMA
+
+from .toolchain import Toolchain, ToolchainError, sha256_file
 
 Log = Callable[[str], None]
 ALLOWED_NEEDED = re.compile(r"^(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s)\.so\.\d+$|^ld-linux-x86-64\.so\.2$")
-ABI_SYMBOLS = frozenset({
-    "cuplug_backend_abi_version", "cuplug_backend_create", "cuplug_backend_last_create_error",
-    "cuplug_backend_ping", "cuplug_backend_run", "cuplug_backend_alloc", "cuplug_backend_upload",
-    "cuplug_backend_download", "cuplug_backend_run_resident", "cuplug_backend_sync", "cuplug_backend_free",
-    "cuplug_backend_last_error", "cuplug_backend_destroy",
-})
+ABI_SYMBOLS = frozenset(abi.SYMBOLS)  # the loader's binding is the one list of ABI entry points
 RUNTIME_MIN_DRIVER = {"12": 12000, "13": 13000}  # CUDA minor-version compatibility: any driver of the major
-# PTX ISA -> driver that JITs it; the loader's table (cuplug.select) is the one source.
 
 
 class BuildError(RuntimeError):
@@ -114,15 +110,11 @@ def check_linkage(so: Path) -> None:
         raise BuildError(f"{so} exports {sorted(exported ^ ABI_SYMBOLS)} beyond/short of the ABI")
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def build_backend(tc: Toolchain, source_dir: Path, build_dir: Path, *, sysroot: Path | None = None,
                   matrix_path: Path | None = None, backend: str = "vector", log: Log = print,
                   cmake: str = "cmake", env: dict[str, str] | None = None) -> Path:
     """Configures and builds every variant; checks each; writes ``build_dir/manifest.json``."""
-    from cuplug.select import ptx_driver_needed
+    from cuplug.select import ptx_driver_needed  # the PTX ISA -> driver table lives with the loader
 
     for compiler in ("cc", "c++"):
         if shutil.which(compiler, path=(env or os.environ).get("PATH")) is None:
@@ -159,13 +151,13 @@ def build_backend(tc: Toolchain, source_dir: Path, build_dir: Path, *, sysroot: 
         if ptx and not sass:  # PTX-only: the JIT gate is part of what the artifact needs
             min_driver = max(min_driver, ptx_driver_needed(isa) or min_driver)
         entries.append({
-            "backend": backend, "variant": variant, "file": f"{variant}/{so.name}", "sha256": _sha256(so),
+            "backend": backend, "variant": variant, "file": f"{variant}/{so.name}", "sha256": sha256_file(so),
             "size": so.stat().st_size, "sass": sass, "ptx": ptx, "ptx_isa": isa, "cuda_version": tc.version,
-            "min_driver": min_driver, "abi": 1,
+            "min_driver": min_driver, "abi": abi.ABI_VERSION,
         })
         log(f"{tc.major}/{variant}: {so.stat().st_size:,} B, SASS {','.join(sass) or '-'}, "
             f"PTX {','.join(ptx) or '-'}{f' (ISA {isa})' if isa else ''}")
-    manifest = {"schema": 1, "cuda": tc.major, "artifacts": entries}
+    manifest = {"schema": MANIFEST_SCHEMA, "cuda": tc.major, "artifacts": entries}
     (build_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     log(f"{tc.major}: manifest written, {len(entries)} artifacts in {time.perf_counter() - t0:.1f} s")
     return build_dir / "manifest.json"

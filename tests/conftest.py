@@ -12,6 +12,11 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+WHEELS = os.environ.get("CUPLUG_TEST_WHEELS")
+if not WHEELS and os.environ.get("CI"):
+    raise RuntimeError("CUPLUG_TEST_WHEELS is unset under CI: run through `nox -s tests`")
+needs_wheels = pytest.mark.skipif(not WHEELS, reason="needs the wheels (nox -s tests builds them)")
 GPU_PRESENT = shutil.which("nvidia-smi") is not None and os.path.exists("/dev/nvidiactl")
 
 
@@ -64,3 +69,22 @@ def run_json(code: str, env: dict[str, str]) -> object:
 def run_cli(args: list[str], env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "cuplug", *args], env=env, cwd=cwd, capture_output=True,
                           text=True, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Both backend wheels installed with `pip --target` into a private directory (for PYTHONPATH)."""
+    target = tmp_path_factory.mktemp("site")
+    wheels = sorted(Path(WHEELS or "").glob("cuplug_cuda*.whl"))
+    assert len(wheels) == 2, wheels
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target",
+                    str(target), *map(str, wheels)], check=True)
+    return target
+
+
+def env_for(site: Path, fake_driver_dir: Path | None = None, **extra: str) -> dict[str, str]:
+    """A clean environment that sees the backends in ``site`` and, if given, the fake driver."""
+    env = clean_env(PYTHONPATH=str(site), **extra)
+    if fake_driver_dir is not None:
+        env["LD_LIBRARY_PATH"] = str(fake_driver_dir)
+    return env

@@ -16,32 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import clean_env, run_cli, run_json
+from conftest import env_for, needs_wheels, run_cli, run_json
 
-WHEELS = os.environ.get("CUPLUG_TEST_WHEELS")
-if not WHEELS and os.environ.get("CI"):
-    raise RuntimeError("CUPLUG_TEST_WHEELS is unset under CI: run through `nox -s tests`")
-pytestmark = pytest.mark.skipif(not WHEELS, reason="needs the backend wheels (nox -s tests builds them)")
+pytestmark = needs_wheels
 DECIDE_LOAD = ("import json, cuplug; b = cuplug.load(); t = b.trace; print(json.dumps({'variant': b.variant, "
                "'cuda': b.cuda, 'code': t.decision_code, 'attempts': [a.__dict__ for a in t.attempts], "
                "'candidates': [[c.label, c.accepted, c.code] for c in t.candidates]}))")
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    target = tmp_path_factory.mktemp("site")
-    wheels = sorted(Path(WHEELS).glob("cuplug_cuda*.whl"))
-    assert len(wheels) == 2, wheels
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target",
-                    str(target), *map(str, wheels)], check=True)
-    return target
-
-
-def env_for(site: Path, fake_driver_dir: Path | None = None, **extra: str) -> dict[str, str]:
-    env = clean_env(PYTHONPATH=str(site), **extra)
-    if fake_driver_dir is not None:
-        env["LD_LIBRARY_PATH"] = str(fake_driver_dir)
-    return env
 
 
 def test_every_artifact_matches_its_manifest_and_loads_without_driver(site):

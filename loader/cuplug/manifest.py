@@ -1,8 +1,9 @@
 """Backend manifests: what each installed CUDA extra offers, read without dlopen.
 
-A backend package (``cuplug-cuda12``/``cuplug-cuda13``) registers itself in the
-entry-point group ``cuplug.backends`` (name: its CUDA major, value: its module)
-and ships ``manifest.json`` beside its artifacts. Locating the module uses
+A backend package (``cuplug-cuda12``/``cuplug-cuda13``, or any author's
+``<name>-cuda13``) registers itself in the entry-point group ``cuplug.backends``
+(name and value: its module) and ships ``manifest.json`` beside its artifacts;
+the manifest's ``cuda`` field says which CUDA major it was built with. Locating the module uses
 ``importlib.util.find_spec``, which does not import it.
 """
 
@@ -67,7 +68,7 @@ class InstalledPackage:
     error: str | None = None  # why its manifest could not be used
 
 
-def read_manifest(directory: Path, cuda: str) -> tuple[Artifact, ...]:
+def read_manifest(directory: Path, cuda: str = "") -> tuple[Artifact, ...]:
     path = directory / "manifest.json"
     try:
         data = json.loads(path.read_text())
@@ -78,6 +79,7 @@ def read_manifest(directory: Path, cuda: str) -> tuple[Artifact, ...]:
     if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
         raise ManifestError(f"{path}: schema {data.get('schema') if isinstance(data, dict) else '?'} "
                             f"is not {MANIFEST_SCHEMA}; upgrade cuplug or reinstall the backend")
+    cuda = str(data.get("cuda") or cuda)
     return tuple(Artifact.from_json(a, cuda, str(directory)) for a in data.get("artifacts", ()))
 
 
@@ -91,7 +93,8 @@ def installed_packages() -> tuple[InstalledPackage, ...]:
             continue
         directory = Path(next(iter(spec.submodule_search_locations))).resolve()
         try:
-            found.append(InstalledPackage(ep.name, ep.value, directory, read_manifest(directory, ep.name)))
+            arts = read_manifest(directory, ep.name)
+            found.append(InstalledPackage(arts[0].cuda if arts else ep.name, ep.value, directory, arts))
         except ManifestError as exc:
             found.append(InstalledPackage(ep.name, ep.value, directory, error=str(exc)))
     return tuple(found)

@@ -28,9 +28,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from .resources import toolchains_dir
+
 Log = Callable[[str], None]
 
-REPO_TOOLCHAINS = Path(__file__).resolve().parents[3] / "toolchains"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 
@@ -202,7 +203,7 @@ LIBRARIES         =+ $(_SPACE_) "-L$(TOP)/lib/x86_64-linux-gnu/stubs" "-L$(TOP)/
 
 def install_cuda12(log: Log) -> Toolchain:
     """CUDA 12.4 from Debian trixie non-free, relocated under the cache."""
-    lock_file = REPO_TOOLCHAINS / "cuda12.txt"
+    lock_file = toolchains_dir() / "cuda12.txt"
     lock = read_deb_lock(lock_file)
     dest = cache_root() / "toolchains" / f"cuda-12.4-debian-{_digest(lock_file)}"
     usr = dest / "usr"
@@ -243,7 +244,7 @@ def install_cuda12(log: Log) -> Toolchain:
 
 def install_cuda13(log: Log, python: str = sys.executable) -> Toolchain:
     """CUDA 13.0.2 from PyPI into a private --target directory."""
-    lock_file = REPO_TOOLCHAINS / "cuda13.txt"
+    lock_file = toolchains_dir() / "cuda13.txt"
     dest = cache_root() / "toolchains" / f"cuda-13.0.2-pypi-{_digest(lock_file)}"
     cu13 = dest / "site/nvidia/cu13"
     tc = Toolchain(
@@ -283,7 +284,7 @@ def _check_nvcc(tc: Toolchain, log: Log) -> None:
 
 def install_sysroot(log: Log) -> Path:
     """A bullseye glibc 2.31 sysroot for linking (never for running)."""
-    lock_file = REPO_TOOLCHAINS / "sysroot-bullseye.txt"
+    lock_file = toolchains_dir() / "sysroot-bullseye.txt"
     dest = cache_root() / "toolchains" / f"sysroot-bullseye-{_digest(lock_file)}"
     if (dest / ".complete").exists():
         log(f"sysroot: reusing {dest}")

@@ -1,0 +1,121 @@
+"""``python -m cuplug.build``: the build kit's commands, for any backend's noxfile or CI.
+
+  toolchain cuda12|cuda13|sysroot   install a pinned toolchain into the user cache, print where
+  variants  --cuda M --source DIR --out DIR [--backend NAME] [--matrix JSON]
+                                    build every variant with CMake, check it, write manifest.json
+  wheel     --build-dir DIR --name NAME --requires REQ --out DIR [--version V]
+                                    assemble a backend wheel, auditwheel-repair it, check it
+  check     WHEEL...                the shipping gate (no libcuda/libcudart.so, RPATH, tags, manifest)
+
+Exit status: 0 done, 1 a build or check failed (the message names the step), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from . import artifacts, toolchain, wheel
+from .resources import default_matrix
+
+
+def _log(msg: str) -> None:
+    print(f"cuplug.build: {msg}", file=sys.stderr, flush=True)
+
+
+def _no_system_cuda_env() -> dict[str, str]:
+    """The build must not pick up /usr/local/cuda or an nvcc on PATH: hide them."""
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if "cuda" not in p.lower()]
+    return {**os.environ, "PATH": os.pathsep.join(path), "CUDA_HOME": "", "CUDA_PATH": "", "CUDACXX": ""}
+
+
+def cmd_toolchain(args: argparse.Namespace) -> int:
+    if args.which == "sysroot":
+        print(json.dumps({"sysroot": str(toolchain.install_sysroot(_log))}))
+        return 0
+    tc = toolchain.install(args.which, _log)
+    print(json.dumps({"major": tc.major, "version": tc.version, "root": str(tc.root), "nvcc": str(tc.nvcc),
+                      "cuobjdump": str(tc.cuobjdump)}))
+    return 0
+
+
+def cmd_variants(args: argparse.Namespace) -> int:
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        raise artifacts.BuildError("no `cmake` on PATH (pip install cmake ninja)")
+    sysroot = None if args.no_sysroot else toolchain.install_sysroot(_log)
+    tc = toolchain.install(args.cuda, _log)
+    manifest = artifacts.build_backend(tc, args.source.resolve(), args.out.resolve(), sysroot=sysroot,
+                                       matrix_path=(args.matrix or default_matrix()).resolve(),
+                                       backend=args.backend, log=_log, cmake=cmake, env=_no_system_cuda_env())
+    print(manifest)
+    return 0
+
+
+def cmd_wheel(args: argparse.Namespace) -> int:
+    version = args.version or _version()
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = wheel.build_backend_wheel(args.build_dir, Path(tmp), name=args.name, version=version,
+                                        requires=args.requires or f"cuplug=={_version()}", summary=args.summary)
+        repaired = wheel.repair_wheel(raw, args.out)
+    wheel.check_wheels([repaired], _log)
+    print(repaired)
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    wheel.check_wheels(args.wheels, _log)
+    return 0
+
+
+def _version() -> str:
+    from cuplug import __version__
+
+    return __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m cuplug.build", description=__doc__.split("\n\n")[0],
+                                epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("toolchain", help="install a pinned CUDA toolchain or the glibc sysroot (cached)")
+    t.add_argument("which", choices=[*toolchain.INSTALLERS, "sysroot"])
+    t.set_defaults(func=cmd_toolchain)
+    v = sub.add_parser("variants", help="build every variant of a backend and write its manifest")
+    v.add_argument("--cuda", required=True, choices=list(toolchain.INSTALLERS))
+    v.add_argument("--source", type=Path, required=True, help="CMake project calling cuplug_add_cuda_backend()")
+    v.add_argument("--out", type=Path, required=True, help="build directory; manifest.json lands here")
+    v.add_argument("--backend", default="vector", help="backend name (libcuplug_<name>.so)")
+    v.add_argument("--matrix", type=Path, help="variant matrix JSON (default: cuplug's variants.json)")
+    v.add_argument("--no-sysroot", action="store_true", help="link against the host glibc (newer manylinux tag)")
+    v.set_defaults(func=cmd_variants)
+    w = sub.add_parser("wheel", help="assemble, auditwheel-repair and check a backend wheel")
+    w.add_argument("--build-dir", type=Path, required=True, help="holds manifest.json from `variants`")
+    w.add_argument("--name", required=True, help="distribution name, e.g. mypkg-cuda13")
+    w.add_argument("--version", help="wheel version (default: cuplug's)")
+    w.add_argument("--requires", help="Requires-Dist on the loader (default: cuplug==<this version>)")
+    w.add_argument("--summary", default="")
+    w.add_argument("--out", type=Path, default=Path("dist"))
+    w.set_defaults(func=cmd_wheel)
+    c = sub.add_parser("check", help="the shipping gate for wheels")
+    c.add_argument("wheels", type=Path, nargs="+")
+    c.set_defaults(func=cmd_check)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (artifacts.BuildError, toolchain.ToolchainError, wheel.WheelError) as exc:
+        print(f"cuplug.build {args.command}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,9 +1,10 @@
-"""The operator's commands: ``cuplug probe`` and ``cuplug doctor``."""
+"""The operator's commands: ``cuplug probe``, ``doctor``, ``inspect`` and ``warmup``."""
 
 from __future__ import annotations
 
 import argparse
 import array
+import textwrap
 import json
 import os
 import sys
@@ -13,6 +14,7 @@ from typing import Any
 
 from . import __version__, reasons
 from .errors import CuplugError
+from .warmup import EXIT_CACHE_UNUSABLE
 
 DOCTOR_SCHEMA = "cuplug.doctor/1"
 PROBE_EXIT_HELP = """exit codes (the first failing step):
@@ -172,26 +174,100 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+INSPECT_EXIT_HELP = """exit codes:
+   0  every artifact matches its manifest (or has no manifest to compare with)
+  15  a mismatch, or a missing or unreadable artifact (artifact-corrupt)
+   2  the target is not a .so, a wheel, a directory or an installed backend"""
+WARMUP_EXIT_HELP = f"""exit codes:
+   0  every usable PTX variant compiled and the JIT cache can keep it
+   {EXIT_CACHE_UNUSABLE}  compiled, but the cache is disabled or not writable
+  10-14  no GPU to compile for, or no usable PTX variant (as `cuplug probe`)
+  16  a PTX variant failed to load"""
+
+
+def _paint(text: str, ok: bool) -> str:
+    """Green/red on a terminal only (and never with NO_COLOR)."""
+    if not sys.stdout.isatty() or os.environ.get("NO_COLOR"):
+        return text
+    return f"\033[{32 if ok else 31}m{text}\033[0m"
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from . import inspection
+
+    try:
+        findings = inspection.inspect_target(args.target)
+    except inspection.InspectError as exc:
+        print(f"cuplug inspect: {exc}", file=sys.stderr)
+        return 2
+    bad = [f for f in findings if not f.ok]
+    if args.json:
+        print(json.dumps({"ok": not bad, "artifacts": [f.to_json() for f in findings]}, indent=2))
+    else:
+        print(inspection.format_findings(findings))
+        print(_paint(f"cuplug inspect: {len(findings) - len(bad)}/{len(findings)} artifacts match", not bad))
+    return reasons.EXIT_CODES[reasons.ARTIFACT_CORRUPT] if bad else 0
+
+
+def cmd_warmup(args: argparse.Namespace) -> int:
+    from . import warmup
+
+    report, code = warmup.run()
+    print(json.dumps(report, indent=2) if args.json else warmup.format_report(report))
+    return code
+
+
+class _CMakeDir(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from .build.resources import cmake_dir
+
+        print(cmake_dir())
+        parser.exit(0)
+
+
+def _wrapped(text: str) -> str:
+    return textwrap.fill(text, 78)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cuplug", description="Find, check and explain cuplug's backends.")
+    parser = argparse.ArgumentParser(prog="cuplug", description=_wrapped("Find, check and explain cuplug's backends."))
     parser.add_argument("--version", action="version", version=f"cuplug {__version__}")
+    parser.add_argument("--cmake-dir", action=_CMakeDir, nargs=0,
+                        help="print the directory for -Dcuplug_DIR= (find_package(cuplug)) and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("probe", help="load the best backend, run a vector add, check it, exit with a step code",
-                       description="Load through the normal path, initialize, run a vector add of 2^20+3 "
+                       description=_wrapped("Load through the normal path, initialize, run a vector add of 2^20+3 "
                                    "elements, verify it on the host and exit with the code of the first "
-                                   "failing step.", epilog=PROBE_EXIT_HELP,
+                                   "failing step."), epilog=PROBE_EXIT_HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--allow-cpu", action="store_true", help="a correct CPU fallback exits 0")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds before a hung step is reported (120)")
     p.set_defaults(func=cmd_probe)
     d = sub.add_parser("doctor", help="the diagnostic table: driver, devices, candidates, decision",
-                       description="Print driver and runtime versions, devices, every installed artifact "
+                       description=_wrapped("Print driver and runtime versions, devices, every installed artifact "
                                    "accepted or rejected and why, the environment variables that matter, "
-                                   "the decision, and (unless --no-load) the load result.")
+                                   "the decision, and (unless --no-load) the load result."))
     d.add_argument("--json", action="store_true", help=f"one JSON object, schema {DOCTOR_SCHEMA}")
     d.add_argument("--no-load", action="store_true", help="decide only; dlopen nothing")
     d.set_defaults(func=cmd_doctor)
+    i = sub.add_parser("inspect", help="read the SASS/PTX inside artifacts and check them against the manifest",
+                       description=_wrapped("Read the SASS and PTX targets and the PTX ISA from the ELF .nv_fatbin "
+                                   "section of each artifact (cuplug's own reader, no dlopen) and compare "
+                                   "them, the size and the sha256 with the manifest."),
+                       epilog=INSPECT_EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    i.add_argument("target", nargs="?", help="a backend .so, a backend wheel, a directory with manifest.json, or "
+                                             "an installed package (cuda13, cuplug_cuda13); default: all installed")
+    i.add_argument("--json", action="store_true", help="print one JSON object")
+    i.set_defaults(func=cmd_inspect)
+    w = sub.add_parser("warmup", help="JIT the PTX variant for this GPU into the CUDA compute cache",
+                       description=_wrapped("Load each usable ptx variant (CUPLUG_BACKEND=<cuda>:ptx), run every op "
+                                   "once so the driver JIT-compiles it for the present GPU into its compute "
+                                   "cache ($CUDA_CACHE_PATH, default ~/.nv/ComputeCache), and report the "
+                                   "first and second launch times and what the cache gained."),
+                       epilog=WARMUP_EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    w.add_argument("--json", action="store_true", help="print one JSON object")
+    w.set_defaults(func=cmd_warmup)
     return parser
 
 

@@ -127,9 +127,12 @@ def _try_load(path: Path, device: str | None) -> tuple[abi.BackendLibrary, int, 
     return lib, handle, json.loads(text)
 
 
-def load(backend: str = "vector", device: int | str | None = None) -> Backend:
-    """The best working backend for this machine; a CPU fallback says why in ``.trace``."""
-    trace = decide(backend, device)
+def load(backend: str = "vector", device: int | str | None = None, env: dict[str, str] | None = None) -> Backend:
+    """The best working backend for this machine; a CPU fallback says why in ``.trace``.
+
+    ``env`` replaces ``os.environ`` as the source of the CUPLUG_* policy (e.g. for ``cuplug warmup``).
+    """
+    trace = decide(backend, device, env)
     dev_pref = str(trace.policy.device)
     with _load_lock:
         for cand in trace.candidates:

@@ -1,0 +1,121 @@
+"""A reader for the CUDA fat binary container in an ELF's ``.nv_fatbin`` section.
+
+NVIDIA documents the section names (``fatbinary_section.h``: ``.nv_fatbin``,
+magic ``0xBA55ED50``) but not the entry layout; what follows is the layout as
+the CUDA 12.4 and 13.0 toolkits write it, checked in the tests against
+``cuobjdump --list-elf --list-ptx`` on every artifact cuplug builds.
+
+The section holds one or more containers, each 8-byte aligned::
+
+    container header (16 B):  u32 magic 0xBA55ED50 | u16 version (1) | u16 header size (16)
+                              | u64 size of the entries that follow
+    entry (header size B, then payload):
+        +0  u16 kind            1 = PTX, 2 = ELF (SASS), 4 = other (LTO-IR)
+        +2  u16 entry version   0x0101
+        +4  u32 entry header size (offset of the payload)
+        +8  u64 payload size (padded)
+        +16 u32 compressed size (0: stored uncompressed)
+        +24 u16 minor, u16 major  code version: the PTX ISA for PTX entries ([8,4] -> "8.4"),
+                                   the cubin ELF ABI for ELF entries
+        +28 u32 arch            SM number: 75 -> sm_75 / compute_75
+        +40 u64 flags           0x1 64-bit, 0x10 Linux host, 0x2000/0x8000 compressed payload
+
+Payloads are never decompressed: the facts cuplug needs (kind, arch, ISA) are
+in the entry headers, so parsing is a walk over a few dozen headers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+MAGIC = 0xBA55ED50
+KIND_PTX, KIND_ELF = 1, 2
+_CONTAINER = struct.Struct("<IHHQ")
+_ENTRY = struct.Struct("<HHIQIIHHI")
+
+
+class FatbinError(ValueError):
+    """The section is not a fat binary container this reader understands."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    kind: int
+    arch: int
+    version: tuple[int, int]  # (major, minor)
+    compressed: bool
+    payload_size: int
+
+    @property
+    def target(self) -> str:
+        return f"{'compute' if self.kind == KIND_PTX else 'sm'}_{self.arch}"
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceCode:
+    sass: tuple[str, ...]  # sorted by arch: ("sm_75", "sm_80")
+    ptx: tuple[str, ...]  # ("compute_75",)
+    ptx_isa: str | None  # "8.4"; None without PTX
+    entries: tuple[Entry, ...]
+
+
+def parse(section: bytes) -> list[Entry]:
+    """Every entry of every container in a ``.nv_fatbin`` section."""
+    entries: list[Entry] = []
+    off = 0
+    while off + _CONTAINER.size <= len(section):
+        magic, version, header_size, size = _CONTAINER.unpack_from(section, off)
+        if magic != MAGIC:
+            if not any(section[off:off + 8]):  # alignment padding between containers
+                off += 8
+                continue
+            raise FatbinError(f"offset {off}: magic {magic:#x} is not {MAGIC:#x}")
+        if version != 1 or header_size < _CONTAINER.size:
+            raise FatbinError(f"offset {off}: container version {version}, header size {header_size} unknown")
+        pos, end = off + header_size, off + header_size + size
+        if end > len(section):
+            raise FatbinError(f"offset {off}: container of {size} B runs past the section ({len(section)} B)")
+        while pos < end:
+            if pos + _ENTRY.size > end:
+                raise FatbinError(f"offset {pos}: truncated entry header")
+            kind, _ver, ehs, psize, csize, _opt, minor, major, arch = _ENTRY.unpack_from(section, pos)
+            if ehs < _ENTRY.size or pos + ehs + psize > end:
+                raise FatbinError(f"offset {pos}: entry header {ehs} B + payload {psize} B exceed the container")
+            entries.append(Entry(kind, arch, (major, minor), csize != 0, psize))
+            pos += ehs + psize
+        off = (end + 7) & ~7
+    if not entries:
+        raise FatbinError("no fat binary container in the section")
+    return entries
+
+
+def device_code(section: bytes) -> DeviceCode:
+    """SASS and PTX targets and the PTX ISA of a section (several ISAs: FatbinError)."""
+    entries = parse(section)
+    sass = sorted({e.arch for e in entries if e.kind == KIND_ELF})
+    ptx = sorted({e.arch for e in entries if e.kind == KIND_PTX})
+    isas = sorted({e.version for e in entries if e.kind == KIND_PTX})
+    if len(isas) > 1:
+        raise FatbinError(f"PTX of several ISA versions: {isas}")
+    return DeviceCode(tuple(f"sm_{a}" for a in sass), tuple(f"compute_{a}" for a in ptx),
+                      f"{isas[0][0]}.{isas[0][1]}" if isas else None, tuple(entries))
+
+
+def read_elf(data_or_path: bytes | str) -> DeviceCode | None:
+    """The device code of a shared object (bytes or a path); None when it has no ``.nv_fatbin``."""
+    import io
+
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        if isinstance(data_or_path, bytes):
+            elf = ELFFile(io.BytesIO(data_or_path))
+            section = elf.get_section_by_name(".nv_fatbin")
+            return None if section is None else device_code(section.data())
+        with open(data_or_path, "rb") as f:
+            section = ELFFile(f).get_section_by_name(".nv_fatbin")
+            return None if section is None else device_code(section.data())
+    except ELFError as exc:
+        raise FatbinError(f"not a readable ELF file: {exc}") from exc

@@ -38,6 +38,24 @@ def cold_start(code, env=None):
     return statistics.median(out)
 
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def breakdown(env=None, runs=5):
+    """Median per step of bench/cold_start.py over `runs` fresh processes."""
+    rows = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        out = subprocess.run([sys.executable, os.path.join(HERE, "cold_start.py")], check=True, capture_output=True,
+                             text=True, env={**os.environ, **(env or {})}).stdout
+        row = json.loads(out.strip().splitlines()[-1])
+        row["process_total"] = (time.perf_counter() - t) * 1e3
+        rows.append(row)
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "variant"}
+    med["variant"] = rows[0]["variant"]
+    return med
+
+
 def main() -> None:
     import torch
 
@@ -69,6 +87,17 @@ def main() -> None:
                 buf.free()
             out = np.empty_like(x)
             res[f"{variant}_host_add_GBs"] = gb(3 * 4 * n, median_ms(lambda: b.run("add", x, x, out=out), lambda: None, 3))
+    # The host path with one staging thread (the old design), same run, same arrays.
+    os.environ.update(CUPLUG_BACKEND="cuda13:fatbin", CUPLUG_STAGING_THREADS="1")
+    with cuplug.load() as b:
+        out = np.empty_like(x)
+        res["cuda13:fatbin_host_add_1thread_GBs"] = gb(3 * 4 * n, median_ms(lambda: b.run("add", x, x, out=out),
+                                                                           lambda: None, 3))
+    os.environ.pop("CUPLUG_STAGING_THREADS")
+    tdev = torch.empty(n, dtype=torch.float32, device="cuda")
+    host = torch.from_numpy(x)
+    res["torch_pageable_h2d_d2h_GBs"] = gb(2 * 4 * n, median_ms(lambda: (tdev.copy_(host), host.copy_(tdev)), tsync, 3))
+    del tdev
     os.environ.pop("CUPLUG_BACKEND")
     add = "import numpy as np, {m}; x=np.ones(1<<20,dtype=np.float32); {body}"
     res["cold_cuplug_ms"] = cold_start(add.format(m="cuplug", body="b=cuplug.load(); r=b.run('add',x,x); assert r[5]==2"))
@@ -78,6 +107,16 @@ def main() -> None:
                          ("ptx_warm_cache", {"CUPLUG_BACKEND": "cuda13:ptx"}),
                          ("fatbin", {"CUPLUG_BACKEND": "cuda13:fatbin"})):
         res[f"cold_{variant}_ms"] = cold_start(add.format(m="cuplug", body="b=cuplug.load(); r=b.run('add',x,x); assert r[5]==2"), env)
+    # Where a cold start goes (fresh processes, one step at a time), and the JIT's share.
+    res["breakdown_auto"] = breakdown()
+    res["breakdown_fatbin"] = breakdown({"CUPLUG_BACKEND": "cuda13:fatbin"})
+    res["breakdown_ptx_nocache"] = breakdown({"CUPLUG_BACKEND": "cuda13:ptx", "CUDA_CACHE_DISABLE": "1"})
+    import tempfile
+    with tempfile.TemporaryDirectory() as cache:
+        jit = {"CUDA_CACHE_PATH": cache}
+        subprocess.run([sys.executable, "-m", "cuplug", "warmup"], check=True, env={**os.environ, **jit})
+        res["breakdown_ptx_after_warmup"] = breakdown({"CUPLUG_BACKEND": "cuda13:ptx", **jit})
+    res["breakdown_cuda12_ptx_nocache"] = breakdown({"CUPLUG_BACKEND": "cuda12:ptx", "CUDA_CACHE_DISABLE": "1"})
     t = time.perf_counter()
     import importlib
     importlib.reload(cuplug)
@@ -87,7 +126,7 @@ def main() -> None:
     res["decide_ms"] = (time.perf_counter() - t) * 1e3
     json.dump(res, open(sys.argv[1], "w"), indent=2)
     for k, v in res.items():
-        print(f"{k:32} {v if isinstance(v, str) else round(v, 2)}")
+        print(f"{k:32} {v if isinstance(v, (str, dict)) else round(v, 2)}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ import cuplug
 from conftest import clean_env, run_cli
 
 pytestmark = pytest.mark.gpu
-SIZES = [1, 3, 4, 5, 1023, 4097, (1 << 20) + 5, 1 << 26]
+# Host arrays above 16 MiB are split over several staging threads: (1 << 24) + 3 has
+# four ranges, the last ending in a partial chunk and a scalar tail.
+SIZES = [1, 3, 4, 5, 1023, 4097, (1 << 20) + 5, (1 << 24) + 3, 1 << 26]
 
 
 def check_ops(b, n, seed=0):
@@ -81,6 +83,34 @@ def test_resident_buffers_and_isolation():
     b1.close()
     b2.close()
     assert errors == []
+
+
+@pytest.mark.parametrize("threads", ["1", "3", "8"])
+def test_host_path_with_any_number_of_staging_threads(monkeypatch, threads):
+    monkeypatch.setenv("CUPLUG_STAGING_THREADS", threads)
+    with cuplug.load() as b:
+        for n in ((1 << 24) + 3, (5 << 22) + 1):
+            check_ops(b, n, seed=int(threads))
+        x = np.random.default_rng(1).standard_normal((1 << 25) + 7, dtype=np.float32)
+        bx = b.buffer(x)  # upload and download of resident buffers go through the same stagers
+        np.testing.assert_array_equal(bx.to_host(), x)
+        out = np.full_like(x, np.nan)
+        assert b.run("add", x, x, out=out) is out
+        np.testing.assert_array_equal(out, x + x)
+
+
+def test_warmup_fills_the_jit_cache_and_inspect_agrees(tmp_path):
+    env = clean_env(CUDA_CACHE_PATH=str(tmp_path / "jit"))
+    proc = run_cli(["warmup", "--json"], env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert sorted(r["label"] for r in report["results"]) == ["cuda12/ptx", "cuda13/ptx"], report
+    assert all(r["error"] is None and r["device"] for r in report["results"]), report
+    assert report["cache_bytes_added"] > 0 and report["cache_problem"] is None
+    again = json.loads(run_cli(["warmup", "--json"], env).stdout)
+    assert again["cache_bytes_added"] == 0, again  # the second process finds the PTX compiled
+    inspected = run_cli(["inspect", "--json"], clean_env())
+    assert inspected.returncode == 0, inspected.stdout + inspected.stderr
 
 
 def test_out_of_memory_is_an_error_and_instance_survives():

@@ -3,12 +3,14 @@
 // Everything CUDA stays in this file: device selection and context creation in
 // create() under a process-wide lock, one non-blocking stream per instance,
 // backend-owned pinned staging buffers for host arrays (never a caller pointer
-// handed to the DMA engine), device-resident buffers, and a private copy of the
-// last error per instance (never cudaGetLastError's sticky state).
+// handed to the DMA engine) filled by several CPU threads, device-resident
+// buffers, and a private copy of the last error per instance (never
+// cudaGetLastError's sticky state).
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -31,7 +33,13 @@
 namespace cuplug_impl {
 
 constexpr int kThreads = 256;
-constexpr size_t kStageBytes = size_t(8) << 20;  // one pinned staging chunk
+// Host arrays move in chunks through pinned staging. One CPU thread's memcpy
+// into pinned memory runs at ~10 GB/s, well below PCIe 5; so up to
+// kMaxStagers threads each pipeline their own range (own stream, own two
+// chunk slots), and elementwise ops run per chunk, so H2D, kernel and D2H overlap.
+constexpr size_t kChunkBytes = size_t(2) << 20;
+constexpr int kMaxStagers = 8;
+constexpr size_t kMinBytesPerStager = size_t(16) << 20;  // below this, threads cost more than they give
 
 // No libstdc++ types here (pthread, not std::mutex): with the old-glibc sysroot the
 // library then needs only GLIBCXX symbols that manylinux2014 allows.
@@ -149,6 +157,24 @@ int read_temperature_c(int device) {
   return (int)t;
 }
 
+// One host-path pipeline: a stream and two slots, each with room for two
+// input chunks and one output chunk.
+struct Stager {
+  cudaStream_t stream;
+  char* pinned[2];  // slot k: in0 | in1 | out, kChunkBytes each
+  cudaEvent_t slot_free[2];
+};
+
+int stagers_from_env() {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int n = (int)std::max(1L, std::min((long)kMaxStagers, cpus / 2));
+  if (const char* v = getenv("CUPLUG_STAGING_THREADS")) {
+    long want = strtol(v, nullptr, 10);
+    if (want >= 1) n = (int)std::min((long)kMaxStagers, want);
+  }
+  return n;
+}
+
 }  // namespace cuplug_impl
 
 // A named namespace, not an anonymous one: cudafe++ names anonymous namespaces
@@ -163,8 +189,8 @@ struct cuplug_backend {
   cudaDeviceProp props;
   cudaStream_t stream;
   cuplug_buffer_table buffers;
-  float* pinned[2];  // staging for host arrays
-  cudaEvent_t pinned_free[2];
+  cuplug_impl::Stager stagers[cuplug_impl::kMaxStagers];  // host-path pipelines, made on first use
+  int max_stagers;
   float* scratch;  // device arrays for the host path: x | y | out
   size_t scratch_bytes;
   double* partials;  // sum pass 1
@@ -209,66 +235,154 @@ int ensure_scratch(cuplug_backend* h, size_t bytes) {
   return CUPLUG_OK;
 }
 
-int ensure_staging(cuplug_backend* h) {
-  for (int i = 0; i < 2; ++i) {
-    if (h->pinned[i]) continue;
-    CUPLUG_TRY(cudaMallocHost(&h->pinned[i], kStageBytes), "cudaMallocHost(staging)");
-    CUPLUG_TRY(cudaEventCreateWithFlags(&h->pinned_free[i], cudaEventDisableTiming), "cudaEventCreate");
+int ensure_stager(cuplug_backend* h, int i) {
+  Stager* st = &h->stagers[i];
+  if (st->stream) return CUPLUG_OK;
+  for (int k = 0; k < 2; ++k) {
+    CUPLUG_TRY(cudaMallocHost(&st->pinned[k], 3 * kChunkBytes), "cudaMallocHost(staging)");
+    CUPLUG_TRY(cudaEventCreateWithFlags(&st->slot_free[k], cudaEventDisableTiming), "cudaEventCreate(staging)");
   }
+  CUPLUG_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking), "cudaStreamCreate(staging)");
   return CUPLUG_OK;
 }
 
-// Host -> device through two pinned chunks: the CPU fills one while the DMA
-// engine drains the other.
-int upload_staged(cuplug_backend* h, float* dev, const float* host, size_t bytes) {
-  int rc = ensure_staging(h);
-  if (rc) return rc;
-  const char* src = reinterpret_cast<const char*>(host);
-  char* dst = reinterpret_cast<char*>(dev);
-  for (size_t off = 0, k = 0; off < bytes; off += kStageBytes, ++k) {
-    size_t chunk = std::min(kStageBytes, bytes - off);
-    int slot = (int)(k & 1);
-    CUPLUG_TRY(cudaEventSynchronize(h->pinned_free[slot]), "staging wait");
-    memcpy(h->pinned[slot], src + off, chunk);
-    CUPLUG_TRY(cudaMemcpyAsync(dst + off, h->pinned[slot], chunk, cudaMemcpyHostToDevice, h->stream),
-               "cudaMemcpyAsync(H2D)");
-    CUPLUG_TRY(cudaEventRecord(h->pinned_free[slot], h->stream), "cudaEventRecord");
-  }
-  return CUPLUG_OK;
+// add or scale_add on `stream`; the launch error, if any.
+cudaError_t launch_elementwise(cudaStream_t stream, int blocks, int op, const float* x, const float* y,
+                               float alpha, float beta, float* out, long long n) {
+  if (op == CUPLUG_OP_ADD)
+    add_kernel<<<blocks, kThreads, 0, stream>>>(x, y, out, n);
+  else
+    scale_add_kernel<<<blocks, kThreads, 0, stream>>>(x, alpha, beta, out, n);
+  return cudaGetLastError();
 }
 
-// Device -> host: chunk k+1 is in flight while the CPU copies chunk k out.
-int download_staged(cuplug_backend* h, float* host, const float* dev, size_t bytes) {
-  int rc = ensure_staging(h);
-  if (rc) return rc;
-  const char* src = reinterpret_cast<const char*>(dev);
-  char* dst = reinterpret_cast<char*>(host);
-  size_t chunks = (bytes + kStageBytes - 1) / kStageBytes;
-  auto issue = [&](size_t k) {
-    size_t off = k * kStageBytes, chunk = std::min(kStageBytes, bytes - off);
-    int slot = (int)(k & 1);
-    cudaError_t e = cudaMemcpyAsync(h->pinned[slot], src + off, chunk, cudaMemcpyDeviceToHost, h->stream);
-    if (e == cudaSuccess) e = cudaEventRecord(h->pinned_free[slot], h->stream);
+// What one stager does with its byte range [begin, end) of the arrays:
+// upload `in[i]` to `din[i]`, run the elementwise `op` (or none, -1) from
+// din into `dres`, and download `dres` into `out` (or nothing).
+struct StageJob {
+  cuplug_backend* h;
+  Stager* st;
+  int nin;
+  const char* in[2];
+  char* din[2];
+  int op;
+  float alpha, beta;
+  char* dres;
+  char* out;
+  size_t begin, end;
+  int blocks;
+  int rc;
+  char error[CUPLUG_ERR_LEN];
+};
+
+int stage_fail(StageJob* j, cudaError_t err, const char* step) {
+  snprintf(j->error, sizeof j->error, "%s: %s (%s)", step, cudaGetErrorName(err), cudaGetErrorString(err));
+  return j->rc = status_of(err);
+}
+
+#define STAGE_TRY(expr, step)                          \
+  do {                                                 \
+    cudaError_t e_ = (expr);                           \
+    if (e_ != cudaSuccess) return stage_fail(j, e_, (step)); \
+  } while (0)
+
+int stage_range(StageJob* j) {
+  Stager* st = j->st;
+  STAGE_TRY(cudaSetDevice(j->h->device), "cudaSetDevice(staging)");
+  size_t pending_off[2] = {0, 0}, pending_len[2] = {0, 0};  // output chunk waiting in each slot
+  auto drain = [&](int slot) -> cudaError_t {
+    cudaError_t e = cudaEventSynchronize(st->slot_free[slot]);
+    if (e == cudaSuccess && pending_len[slot])
+      memcpy(j->out + pending_off[slot], st->pinned[slot] + 2 * kChunkBytes, pending_len[slot]);
+    pending_len[slot] = 0;
     return e;
   };
-  if (chunks > 0) CUPLUG_TRY(issue(0), "cudaMemcpyAsync(D2H)");
-  for (size_t k = 0; k < chunks; ++k) {
-    if (k + 1 < chunks) CUPLUG_TRY(issue(k + 1), "cudaMemcpyAsync(D2H)");
+  for (size_t off = j->begin, k = 0; off < j->end; off += kChunkBytes, ++k) {
+    size_t len = std::min(kChunkBytes, j->end - off);
     int slot = (int)(k & 1);
-    CUPLUG_TRY(cudaEventSynchronize(h->pinned_free[slot]), "D2H wait");
-    size_t off = k * kStageBytes, chunk = std::min(kStageBytes, bytes - off);
-    memcpy(dst + off, h->pinned[slot], chunk);
+    STAGE_TRY(drain(slot), "staging wait");
+    for (int i = 0; i < j->nin; ++i) {
+      char* pin = st->pinned[slot] + i * kChunkBytes;
+      memcpy(pin, j->in[i] + off, len);
+      STAGE_TRY(cudaMemcpyAsync(j->din[i] + off, pin, len, cudaMemcpyHostToDevice, st->stream), "cudaMemcpyAsync(H2D)");
+    }
+    if (j->op >= 0) {
+      const float* x = reinterpret_cast<const float*>(j->din[0] + off);
+      const float* y = j->nin > 1 ? reinterpret_cast<const float*>(j->din[1] + off) : nullptr;
+      STAGE_TRY(launch_elementwise(st->stream, j->blocks, j->op, x, y, j->alpha, j->beta,
+                                   reinterpret_cast<float*>(j->dres + off), (long long)(len / sizeof(float))),
+                "kernel launch (host path)");
+    }
+    if (j->out) {
+      STAGE_TRY(cudaMemcpyAsync(st->pinned[slot] + 2 * kChunkBytes, j->dres + off, len, cudaMemcpyDeviceToHost,
+                                st->stream), "cudaMemcpyAsync(D2H)");
+      pending_off[slot] = off, pending_len[slot] = len;
+    }
+    STAGE_TRY(cudaEventRecord(st->slot_free[slot], st->stream), "cudaEventRecord(staging)");
   }
+  for (int slot = 0; slot < 2; ++slot) STAGE_TRY(drain(slot), "staging wait");
+  STAGE_TRY(cudaStreamSynchronize(st->stream), "staging sync");
+  return j->rc = CUPLUG_OK;
+}
+
+void* stage_thread(void* job) {
+  stage_range(static_cast<StageJob*>(job));
+  return nullptr;
+}
+
+// Splits `bytes` over the stagers (whole chunks each), runs them and waits.
+// Every range is done (or failed) when this returns; the first failure is
+// recorded as the instance's error.
+int stage(cuplug_backend* h, StageJob tmpl, size_t bytes) {
+  // Work already queued on the instance's stream may read or write these arrays.
+  CUPLUG_TRY(cudaStreamSynchronize(h->stream), "sync before staging");
+  size_t chunks = (bytes + kChunkBytes - 1) / kChunkBytes;
+  int n = (int)std::max<size_t>(1, std::min<size_t>({(size_t)h->max_stagers, bytes / kMinBytesPerStager, chunks}));
+  for (int i = 0; i < n; ++i) {
+    int rc = ensure_stager(h, i);
+    if (rc) return rc;
+  }
+  StageJob jobs[kMaxStagers];
+  pthread_t threads[kMaxStagers];
+  bool started[kMaxStagers] = {};
+  tmpl.h = h;
+  tmpl.blocks = h->blocks_for((long long)(kChunkBytes / sizeof(float)));
+  for (int i = 0; i < n; ++i) {
+    jobs[i] = tmpl;
+    jobs[i].st = &h->stagers[i];
+    jobs[i].begin = std::min(bytes, (chunks * i / n) * kChunkBytes);
+    jobs[i].end = std::min(bytes, (chunks * (i + 1) / n) * kChunkBytes);
+    jobs[i].rc = CUPLUG_OK;
+    jobs[i].error[0] = '\0';
+    // Range 0 runs on the calling thread; if a thread cannot start, its range does too.
+    started[i] = i > 0 && pthread_create(&threads[i], nullptr, stage_thread, &jobs[i]) == 0;
+  }
+  for (int i = 0; i < n; ++i)
+    if (!started[i]) stage_range(&jobs[i]);
+  for (int i = 0; i < n; ++i)
+    if (started[i]) pthread_join(threads[i], nullptr);
+  for (int i = 0; i < n; ++i)
+    if (jobs[i].rc != CUPLUG_OK) return h->fail(jobs[i].rc, "%s", jobs[i].error);
   return CUPLUG_OK;
+}
+
+int upload_staged(cuplug_backend* h, float* dev, const float* host, size_t bytes) {
+  StageJob j = {};
+  j.nin = 1, j.in[0] = reinterpret_cast<const char*>(host), j.din[0] = reinterpret_cast<char*>(dev), j.op = -1;
+  return stage(h, j, bytes);
+}
+
+int download_staged(cuplug_backend* h, float* host, const float* dev, size_t bytes) {
+  StageJob j = {};
+  j.op = -1, j.dres = const_cast<char*>(reinterpret_cast<const char*>(dev)), j.out = reinterpret_cast<char*>(host);
+  return stage(h, j, bytes);
 }
 
 int launch(cuplug_backend* h, int op, const float* x, const float* y, float alpha, float beta,
            float* out, long long n) {
   int blocks = h->blocks_for(n);
-  if (op == CUPLUG_OP_ADD) {
-    add_kernel<<<blocks, kThreads, 0, h->stream>>>(x, y, out, n);
-  } else if (op == CUPLUG_OP_SCALE_ADD) {
-    scale_add_kernel<<<blocks, kThreads, 0, h->stream>>>(x, alpha, beta, out, n);
+  if (op != CUPLUG_OP_SUM) {
+    CUPLUG_TRY(launch_elementwise(h->stream, blocks, op, x, y, alpha, beta, out, n), "kernel launch");
   } else {
     if (h->partials_count < blocks) {
       if (h->partials) cudaFree(h->partials);
@@ -313,9 +427,12 @@ void release(cuplug_backend* h) {
   for (long long i = 0; i < h->buffers.count; ++i)
     if (h->buffers.slots[i].ptr) cudaFree(h->buffers.slots[i].ptr);
   free(h->buffers.slots);
-  for (int i = 0; i < 2; ++i) {
-    if (h->pinned[i]) cudaFreeHost(h->pinned[i]);
-    if (h->pinned_free[i]) cudaEventDestroy(h->pinned_free[i]);
+  for (Stager& st : h->stagers) {
+    if (st.stream) cudaStreamSynchronize(st.stream), cudaStreamDestroy(st.stream);
+    for (int k = 0; k < 2; ++k) {
+      if (st.pinned[k]) cudaFreeHost(st.pinned[k]);
+      if (st.slot_free[k]) cudaEventDestroy(st.slot_free[k]);
+    }
   }
   if (h->scratch) cudaFree(h->scratch);
   if (h->partials) cudaFree(h->partials);
@@ -378,6 +495,7 @@ CUPLUG_API cuplug_backend* cuplug_backend_create(const char* device_pref) {
     return nullptr;
   }
   h->sm_count = h->props.multiProcessorCount;
+  h->max_stagers = stagers_from_env();
   g_create_error[0] = '\0';
   return h;
 }
@@ -444,12 +562,19 @@ CUPLUG_API int cuplug_backend_run(cuplug_backend* h, const char* op, const float
   float* dx = h->scratch;
   float* dy = reinterpret_cast<float*>(reinterpret_cast<char*>(h->scratch) + slot);
   float* dout = reinterpret_cast<float*>(reinterpret_cast<char*>(h->scratch) + 2 * slot);
-  if ((rc = upload_staged(h, dx, x, bytes))) return rc;
-  if (code == CUPLUG_OP_ADD && (rc = upload_staged(h, dy, y, bytes))) return rc;
-  if ((rc = launch(h, code, dx, dy, alpha, beta, dout, n))) return rc;
-  size_t out_bytes = code == CUPLUG_OP_SUM ? sizeof(float) : bytes;
-  if ((rc = download_staged(h, out, dout, out_bytes))) return rc;
-  return CUPLUG_OK;
+  if (code == CUPLUG_OP_SUM) {  // needs the whole array on the device before it starts
+    if ((rc = upload_staged(h, dx, x, bytes))) return rc;
+    if ((rc = launch(h, code, dx, nullptr, alpha, beta, dout, n))) return rc;
+    return download_staged(h, out, dout, sizeof(float));
+  }
+  // Elementwise: chunk by chunk, so uploads, kernels and downloads overlap.
+  StageJob j = {};
+  j.nin = code == CUPLUG_OP_ADD ? 2 : 1;
+  j.in[0] = reinterpret_cast<const char*>(x), j.in[1] = reinterpret_cast<const char*>(y);
+  j.din[0] = reinterpret_cast<char*>(dx), j.din[1] = reinterpret_cast<char*>(dy);
+  j.op = code, j.alpha = alpha, j.beta = beta;
+  j.dres = reinterpret_cast<char*>(dout), j.out = reinterpret_cast<char*>(out);
+  return stage(h, j, bytes);
 }
 
 CUPLUG_API long long cuplug_backend_alloc(cuplug_backend* h, long long n) {
@@ -482,9 +607,7 @@ CUPLUG_API int cuplug_backend_upload(cuplug_backend* h, long long id, const floa
   if (!b) return rc;
   if (!host) return h->fail(CUPLUG_E_INVALID_ARGUMENT, "upload: NULL host pointer");
   CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
-  if ((rc = upload_staged(h, (float*)b->ptr, host, (size_t)n * sizeof(float)))) return rc;
-  CUPLUG_TRY(cudaStreamSynchronize(h->stream), "upload sync");
-  return CUPLUG_OK;
+  return upload_staged(h, (float*)b->ptr, host, (size_t)n * sizeof(float));
 }
 
 CUPLUG_API int cuplug_backend_download(cuplug_backend* h, long long id, float* host, long long n) {

@@ -50,8 +50,10 @@ def tests(session: nox.Session) -> None:
     # From a directory outside the tree: nothing is imported from the checkout.
     with tempfile.TemporaryDirectory() as tmp:
         session.chdir(tmp)
+        # The JUnit XML feeds docs/reliability.md (python ci/reliability_table.py).
         session.run("python", "-m", "pytest", str(ROOT / "tests"), "-p", "no:cacheprovider",
-                    f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml"), *session.posargs)
+                    f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml"),
+                    f"--junitxml={ROOT / 'build' / 'junit-tests.xml'}", *session.posargs)
 
 
 # The extras are the one list of backend wheels: cuda12 -> "cuplug-cuda12==0.1.0".

@@ -20,6 +20,15 @@ needs_wheels = pytest.mark.skipif(not WHEELS, reason="needs the wheels (nox -s t
 GPU_PRESENT = shutil.which("nvidia-smi") is not None and os.path.exists("/dev/nvidiactl")
 
 
+@pytest.fixture(autouse=True)
+def _reliability_row(request: pytest.FixtureRequest) -> None:
+    """Puts a reliability test's row (case, how, expect) into the JUnit XML, for docs/reliability.md."""
+    mark = request.node.get_closest_marker("reliability")
+    if mark is not None:
+        for key in ("case", "how", "expect"):
+            request.node.user_properties.append((key, mark.kwargs[key]))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip = pytest.mark.skip(reason="needs a real NVIDIA GPU")
     for item in items:

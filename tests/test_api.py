@@ -62,6 +62,8 @@ def test_resident_buffers(b):
         bx.to_host()
 
 
+@pytest.mark.reliability(case='bad input to Backend.run', how='float64, non-contiguous, lengths that differ, empty, wrong operand count, a list, a short out',
+                         expect='InvalidInputError naming the problem; nothing reaches the C ABI')
 @pytest.mark.parametrize(("args", "kwargs", "match"), [
     (("add", np.ones(3, dtype=np.float64), np.ones(3, dtype=np.float64)), {}, "float32"),
     (("add", np.ones((4, 4), dtype=np.float32)[:, ::2], np.ones(8, dtype=np.float32)), {}, "C-contiguous"),
@@ -81,6 +83,8 @@ def test_unknown_op(b):
         b.run("mul", np.ones(2, dtype=np.float32))
 
 
+@pytest.mark.reliability(case='use after close, double close', how='run() and close() on a closed backend',
+                         expect='BackendClosedError, no crash')
 def test_use_after_close_and_double_close():
     b = cuplug.load()
     b.close()
@@ -90,6 +94,8 @@ def test_use_after_close_and_double_close():
         b.close()
 
 
+@pytest.mark.reliability(case='buffer ids of another instance', how='a Buffer of one backend passed to another, and a forged Buffer',
+                         expect='InvalidInputError / BackendError naming the id')
 def test_buffers_of_another_instance_are_refused(b):
     with cuplug.load() as other:
         foreign = other.buffer(np.ones(4, dtype=np.float32))

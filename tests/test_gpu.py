@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import resource
 import threading
+import time
 
 import numpy as np
 import pytest
 
 import cuplug
-from conftest import clean_env, run_cli
+from conftest import clean_env, run_cli, run_py
 
 pytestmark = pytest.mark.gpu
 # Host arrays above 16 MiB are split over several staging threads: (1 << 24) + 3 has
@@ -21,8 +23,8 @@ def check_ops(b, n, seed=0):
     rng = np.random.default_rng(seed + n)
     x, y = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
     np.testing.assert_array_equal(b.run("add", x, y), x + y)
-    np.testing.assert_allclose(b.run("scale_add", x, alpha=1.5, beta=-2.0), np.float32(1.5) * x - np.float32(2),
-                               rtol=1e-6, atol=1e-6)
+    # Never fused into an FMA: the same bits as NumPy's (and the CPU backend's) two roundings.
+    np.testing.assert_array_equal(b.run("scale_add", x, alpha=1.5, beta=-2.0), np.float32(1.5) * x - np.float32(2))
     ref = float(x.astype(np.float64).sum())
     assert abs(b.run("sum", x) - ref) <= 1e-5 * max(1.0, float(np.abs(x).astype(np.float64).sum()))
 
@@ -51,6 +53,9 @@ def test_largest_size(monkeypatch):
         check_ops(b, 1 << 28)
 
 
+@pytest.mark.reliability(case="no kernel image for the device", how="CUPLUG_BACKEND forces an sm_75 or sm_80 "
+                         "CUBIN on the sm_90 H200 (either major)", expect="kernel-image-missing at the smoke launch, "
+                         "then the fatbin is loaded and every op is right")
 @pytest.mark.parametrize("forced", ["cuda12:sm75", "cuda12:sm80", "cuda13:sm75", "cuda13:sm80"])
 def test_wrong_sass_falls_through_cleanly(monkeypatch, forced):
     with load_forced(monkeypatch, forced) as b:
@@ -113,6 +118,8 @@ def test_warmup_fills_the_jit_cache_and_inspect_agrees(tmp_path):
     assert inspected.returncode == 0, inspected.stdout + inspected.stderr
 
 
+@pytest.mark.reliability(case="allocation beyond the GPU's memory", how="Backend.empty(2^40 floats) on the H200",
+                         expect="OutOfMemoryError naming out of memory; the same instance then runs every op right")
 def test_out_of_memory_is_an_error_and_instance_survives():
     with cuplug.load() as b:
         with pytest.raises(cuplug.OutOfMemoryError, match="out of memory"):
@@ -149,3 +156,137 @@ def test_cli_on_the_gpu():
     assert json.loads(proc.stdout)["variant"] == "fatbin"
     doc = json.loads(run_cli(["doctor", "--json"], clean_env()).stdout)
     assert doc["loaded"]["ok"] and doc["decision"]["variant"] == "fatbin"
+
+
+def _cpu_reference():
+    return cuplug.loading.load(env={"CUPLUG_BACKEND": "cpu"})
+
+
+@pytest.mark.reliability(case="8 threads x 4 instances x 1,000 mixed ops", how="each thread runs 1,000 random ops "
+                         "(add, scale_add, sum; host arrays and resident buffers; 1 to 300,000 elements) on each of "
+                         "4 CUDA instances", expect="add and scale_add bit-exact against the CPU backend, sum within "
+                         "1e-6 relative; no error, no cross-talk")
+def test_threads_by_instances_against_the_cpu_backend(record_property):
+    instances = [cuplug.load() for _ in range(4)]
+    assert all(b.variant == "fatbin" for b in instances)
+    cpu = _cpu_reference()
+    failures: list[str] = []
+    done = [0]
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        for i in range(1000):
+            for b in instances:
+                n = int(rng.integers(1, 300_000))
+                x = rng.standard_normal(n, dtype=np.float32)
+                op = ("add", "scale_add", "sum")[i % 3]
+                resident = i % 4 == 0
+                args = (x, x[::-1].copy()) if op == "add" else (x,)
+                kw = {"alpha": float(rng.standard_normal()), "beta": float(rng.standard_normal())} \
+                    if op == "scale_add" else {}
+                if resident:
+                    bufs = [b.buffer(a) for a in args]
+                    got = b.run(op, *bufs, **kw)
+                    got = got if op == "sum" else got.to_host()
+                    [buf.free() for buf in bufs]
+                else:
+                    got = b.run(op, *args, **kw)
+                want = cpu.run(op, *args, **kw)
+                if op == "sum":
+                    if abs(got - want) > 1e-6 * max(1.0, float(np.abs(x).sum())):
+                        failures.append(f"{seed}/{i}: sum {got} vs {want}")
+                elif not np.array_equal(got, want):
+                    failures.append(f"{seed}/{i}: {op} n={n} differs")
+                done[0] += 1
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    record_property("ops", done[0])
+    record_property("seconds", round(time.perf_counter() - t0, 1))
+    for b in instances:
+        b.close()
+    cpu.close()
+    assert done[0] == 8 * 4 * 1000 and failures == [], failures[:5]
+
+
+@pytest.mark.reliability(case="10,000 create/destroy cycles", how="cuplug_backend_create + destroy 10,000 times on "
+                         "the H200, every 500th cycle with a 32 MiB host add (so staging is made and freed too)",
+                         expect="free device memory back to its baseline (within 2 MiB); host RSS growth reported")
+def test_create_destroy_cycles_leave_no_device_memory(record_property):
+    watcher = cuplug.load()
+    lib, h = watcher._lib, watcher._handle
+
+    def free_bytes():
+        rc, text = lib.ping(h)
+        assert rc == 0, text
+        return json.loads(text)["device"]["memory_free"]
+
+    x = np.ones(1 << 23, dtype=np.float32)
+    one = lib.create("0")  # the first instance's runtime state is not a leak: take the baseline after it
+    lib.destroy(one)
+    before, rss_before = free_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    for i in range(10_000):
+        handle = lib.create("0")
+        if i % 500 == 0:
+            probe = cuplug.Backend(lib, handle, {"variant": "fatbin"}, cuda=watcher.cuda)
+            assert probe.run("add", x, x)[7] == 2.0
+            probe.close()
+        else:
+            lib.destroy(handle)
+    seconds = time.perf_counter() - t0
+    after = free_bytes()
+    rss_growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) * 1024
+    watcher.close()
+    for key, value in (("free_before_bytes", before), ("free_after_bytes", after), ("delta_bytes", before - after),
+                       ("seconds", round(seconds, 1)), ("max_rss_growth_bytes", rss_growth)):
+        record_property(key, value)
+    assert before - after <= 2 << 20, f"{(before - after) / 2**20:.1f} MiB of device memory not returned"
+
+
+FORK_ON_GPU = """
+import json, os, cuplug
+b = cuplug.load()
+assert b.variant == "fatbin", b.trace.text()
+pid = os.fork()
+if pid == 0:
+    try:
+        b.run("sum", memoryview(bytearray(16)).cast("f"))
+        msg = ["ran"]
+    except cuplug.CuplugError as e:
+        msg = ["error", type(e).__name__, str(e)]
+    fresh = cuplug.load()
+    msg += [fresh.variant, fresh.trace.decision_code, fresh.run("sum", memoryview(bytearray(b"\\0\\0\\x80?" * 2)).cast("f"))]
+    os.write(1, (json.dumps(msg) + "\\n").encode())
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print(json.dumps([os.waitstatus_to_exitcode(status), b.run("sum", memoryview(bytearray(b"\\0\\0\\x80?" * 3)).cast("f"))]))
+"""
+
+
+@pytest.mark.reliability(case="fork() after a CUDA load, on the GPU", how="cuplug.load() (cuda13/fatbin), os.fork(); "
+                         "the child uses the parent's backend, then calls cuplug.load()",
+                         expect="the child gets BackendError naming fork (no hang), its fresh load answers correctly "
+                         "(on the CPU, with the reason); the parent keeps its GPU backend")
+def test_fork_after_cuda_load():
+    proc = run_py(FORK_ON_GPU, clean_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    child, parent = (json.loads(line) for line in proc.stdout.strip().splitlines())
+    assert child[:2] == ["error", "BackendError"] and "fork" in child[2], child
+    assert child[-1] == 2.0, child
+    assert parent == [0, 3.0]
+
+
+@pytest.mark.reliability(case="JIT cache disabled, on the GPU", how="CUDA_CACHE_DISABLE=1 with the ptx variant forced",
+                         expect="results still right (the driver JIT-compiles in every process); `cuplug warmup` "
+                         "exits 1 and says nothing can be cached")
+def test_ptx_without_a_jit_cache_is_correct_and_warmup_says_so(monkeypatch):
+    monkeypatch.setenv("CUDA_CACHE_DISABLE", "1")
+    code = ("import numpy as np, cuplug, json; b = cuplug.load(); x = np.arange(4097, dtype=np.float32); "
+            "print(json.dumps([b.cuda + ':' + b.variant, bool((b.run('add', x, x) == x + x).all())]))")
+    proc = run_py(code, clean_env(CUDA_CACHE_DISABLE="1", CUPLUG_BACKEND="cuda13:ptx"))
+    assert proc.returncode == 0 and json.loads(proc.stdout) == ["cuda13:ptx", True], proc.stderr
+    warm = run_cli(["warmup"], clean_env(CUDA_CACHE_DISABLE="1"))
+    assert warm.returncode == 1 and "CUDA_CACHE_DISABLE" in warm.stdout + warm.stderr, warm.stdout + warm.stderr

@@ -60,6 +60,8 @@ def test_selection_on_real_manifests(site, fake_driver_dir, caps, driver, first)
     assert [a["code"] for a in got["attempts"]][:-1] == ["load-failed"] * (len(accepted) - 1)
 
 
+@pytest.mark.reliability(case='driver too old for the artifact', how='fake driver reporting CUDA 12.4 with both extras installed',
+                         expect='every cuda13 artifact rejected with driver-too-old before any dlopen; cuda12 chosen')
 def test_driver_too_old_for_cuda13(site, fake_driver_dir):
     got = run_json(DECIDE_LOAD, env_for(site, fake_driver_dir, FAKE_CUDA_DRIVER_VERSION="12040"))
     rejected = {c[0]: c[2] for c in got["candidates"] if not c[1]}
@@ -112,6 +114,8 @@ def test_kill_switch_with_backends_installed(site, fake_driver_dir):
     assert got["code"] == "disabled" and got["variant"] == "cpu" and got["candidates"] == [["cpu", True, "disabled"]]
 
 
+@pytest.mark.reliability(case='cuplug.load() racing from 16 threads', how='16 threads load and run at once (fake driver, real artifacts)',
+                         expect='16 working, isolated instances with right results')
 def test_concurrent_load_from_16_threads(site, fake_driver_dir):
     code = ("import json, threading, array, cuplug; out = []\n"
             "def go(k):\n"

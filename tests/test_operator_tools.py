@@ -149,6 +149,8 @@ def test_warmup_with_a_driver_that_cannot_serve(site, fake_driver_dir, tmp_path)
     assert all("CUPLUG_REQUIRE_CUDA" in r["error"] for r in doc["results"])
 
 
+@pytest.mark.reliability(case='PTX newer than the driver can JIT', how="fake driver reporting CUDA 12.2: cuda12's PTX ISA 8.4 needs 12.4",
+                         expect='the ptx artifacts rejected at selection (no dlopen, no JIT attempt); `cuplug warmup` exit 14 says why')
 @needs_wheels
 def test_warmup_with_ptx_too_new_for_the_driver(site, fake_driver_dir, tmp_path):
     # CUDA 12.2 driver: cuda13 needs 13.0, cuda12's PTX ISA 8.4 needs 12.4: nothing to JIT.

@@ -70,6 +70,12 @@ __global__ void add_kernel(const float* __restrict__ x, const float* __restrict_
     out[i] = x[i] + y[i];
 }
 
+// alpha * x + beta rounded twice, never fused into one FMA: the same bits as the
+// CPU backend (and IEEE float32 on any host), so backends agree exactly.
+__device__ __forceinline__ float scale_add1(float alpha, float x, float beta) {
+  return __fadd_rn(__fmul_rn(alpha, x), beta);
+}
+
 __global__ void scale_add_kernel(const float* __restrict__ x, float alpha, float beta,
                                  float* __restrict__ out, long long n) {
   const long long n4 = n / 4;
@@ -78,11 +84,11 @@ __global__ void scale_add_kernel(const float* __restrict__ x, float alpha, float
   float4* o4 = reinterpret_cast<float4*>(out);
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
     float4 a = x4[i];
-    o4[i] = make_float4(alpha * a.x + beta, alpha * a.y + beta, alpha * a.z + beta,
-                        alpha * a.w + beta);
+    o4[i] = make_float4(scale_add1(alpha, a.x, beta), scale_add1(alpha, a.y, beta),
+                        scale_add1(alpha, a.z, beta), scale_add1(alpha, a.w, beta));
   }
   for (long long i = n4 * 4 + (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-    out[i] = alpha * x[i] + beta;
+    out[i] = scale_add1(alpha, x[i], beta);
 }
 
 // Pass 1 of a deterministic sum: each block writes one float64 partial.

@@ -10,8 +10,10 @@ from __future__ import annotations
 import array
 import ctypes
 import json
+import os
 import sys
 import threading
+import weakref
 from typing import Any
 
 from . import abi
@@ -26,6 +28,21 @@ from .errors import (
 
 OPS = {"add": 2, "scale_add": 1, "sum": 1}  # op -> number of array operands
 _FLOAT_FORMATS = {"f", "<f", "=f", "@f"}
+
+# A CUDA context does not survive fork(): in the child, every CUDA backend of the
+# parent is marked so that its use is a clear error instead of a hang, and its
+# lock is replaced (another parent thread may have held it at the fork).
+_cuda_backends: weakref.WeakSet[Backend] = weakref.WeakSet()
+
+
+def _mark_forked() -> None:
+    for backend in list(_cuda_backends):
+        backend._forked_from = backend._pid
+        backend._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_mark_forked)
 
 
 class _Operand:
@@ -78,6 +95,10 @@ class Backend:
         self.cuda = cuda
         self.trace = trace
         self.path = library.path
+        self._pid = os.getpid()
+        self._forked_from: int | None = None
+        if cuda is not None:
+            _cuda_backends.add(self)
 
     # ---- lifecycle
     def close(self) -> None:
@@ -86,7 +107,8 @@ class Backend:
             if self._handle is None:
                 raise BackendClosedError("Backend.close(): this backend is already closed")
             handle, self._handle = self._handle, None
-            self._lib.destroy(handle)
+            if self._forked_from is None:  # in a forked child the context is not ours to destroy
+                self._lib.destroy(handle)
 
     @property
     def closed(self) -> bool:
@@ -106,6 +128,10 @@ class Backend:
     def _live_handle(self) -> int:
         if self._handle is None:
             raise BackendClosedError("this backend is closed; call cuplug.load() for a new one")
+        if self._forked_from is not None:
+            raise BackendError(f"this {self.cuda} backend was created in process {self._forked_from}; a CUDA "
+                               "context does not survive fork(): load in the child after the fork, or start "
+                               "workers with the 'spawn' method", abi.E_DEVICE)
         return self._handle
 
     def _check(self, rc: int, what: str) -> None:

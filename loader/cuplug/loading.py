@@ -22,7 +22,8 @@ log = logging.getLogger("cuplug")
 _load_lock = threading.Lock()
 CPU_DIR = Path(__file__).resolve().parent / "_cpu"
 # When every CUDA artifact is rejected, the decision names the most actionable reason.
-_REJECTION_PRIORITY = (reasons.CAPABILITY_TOO_LOW, reasons.DRIVER_TOO_OLD, reasons.NO_COMPATIBLE_ARTIFACT)
+_REJECTION_PRIORITY = (reasons.CAPABILITY_TOO_LOW, reasons.DRIVER_TOO_OLD, reasons.NO_COMPATIBLE_ARTIFACT,
+                       reasons.ARTIFACT_CORRUPT)
 
 
 @dataclasses.dataclass
@@ -97,17 +98,21 @@ def decide(backend: str = "vector", device: int | str | None = None, env: dict[s
         artifacts, dev.capability if dev else None, probe.driver_version if probe else None,
         forced=pol.forced, forced_cuda=pol.forced_cuda, device_problem=problem,
     )
+    # An installed package whose manifest is unusable is a rejected candidate too, so it shows.
+    unusable = [select.Candidate("manifest", p.cuda, False, reasons.ARTIFACT_CORRUPT, f"{p.module}: {p.error}", 99)
+                for p in packages if p.error]
+    candidates[-1:-1] = unusable
     first = candidates[0]
     if first.variant != "cpu" or first.code == reasons.FORCED:
         return Trace(backend, pol, probe, packages, candidates, first, first.code, first.reason, env_report)
     # Falling back to the CPU: say why in one code.
     if problem is not None:
         code, why = problem
+    elif not artifacts and unusable:
+        code, why = reasons.ARTIFACT_CORRUPT, "no usable manifest: " + "; ".join(c.reason for c in unusable)
     elif not artifacts:
-        broken = "; ".join(f"{p.cuda}: {p.error}" for p in packages if p.error)
         code, why = reasons.NO_BACKEND_INSTALLED, (
-            f"no CUDA artifact of backend '{backend}' installed (pip install 'cuplug[cuda12]' or 'cuplug[cuda13]')"
-            + (f"; {broken}" if broken else ""))
+            f"no CUDA artifact of backend '{backend}' installed (pip install 'cuplug[cuda12]' or 'cuplug[cuda13]')")
     else:
         codes = {c.code for c in candidates if not c.accepted}
         code = next((p for p in _REJECTION_PRIORITY if p in codes), reasons.NO_COMPATIBLE_ARTIFACT)

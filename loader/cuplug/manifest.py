@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import re
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -83,18 +84,25 @@ def read_manifest(directory: Path, cuda: str = "") -> tuple[Artifact, ...]:
     return tuple(Artifact.from_json(a, cuda, str(directory)) for a in data.get("artifacts", ()))
 
 
+def _cuda_of_name(name: str) -> str:
+    """'cuplug_cuda13' -> 'cuda13': the major a package is named for, when its manifest cannot say."""
+    m = re.search(r"cuda\d+$", name)
+    return m.group(0) if m else name
+
+
 def installed_packages() -> tuple[InstalledPackage, ...]:
     """Every registered backend package, sorted by name, each with its artifacts or its error."""
     found = []
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         spec = importlib.util.find_spec(ep.value)
         if spec is None or not spec.submodule_search_locations:
-            found.append(InstalledPackage(ep.name, ep.value, Path("."), error=f"module {ep.value} not found"))
+            found.append(InstalledPackage(_cuda_of_name(ep.name), ep.value, Path("."),
+                                          error=f"module {ep.value} not found"))
             continue
         directory = Path(next(iter(spec.submodule_search_locations))).resolve()
         try:
-            arts = read_manifest(directory, ep.name)
-            found.append(InstalledPackage(arts[0].cuda if arts else ep.name, ep.value, directory, arts))
+            arts = read_manifest(directory, _cuda_of_name(ep.name))
+            found.append(InstalledPackage(arts[0].cuda if arts else _cuda_of_name(ep.name), ep.value, directory, arts))
         except ManifestError as exc:
-            found.append(InstalledPackage(ep.name, ep.value, directory, error=str(exc)))
+            found.append(InstalledPackage(_cuda_of_name(ep.name), ep.value, directory, error=str(exc)))
     return tuple(found)

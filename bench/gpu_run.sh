@@ -12,7 +12,7 @@ cp -r "$REPO/tests" /tmp/t && cd /tmp || exit 1
 { python3 -m cuplug doctor; python3 -m cuplug probe; echo "probe exit $?";
   python3 -m cuplug warmup; echo "warmup exit $?"; python3 -m cuplug inspect; echo "inspect exit $?"; } \
   2>&1 | tee "$OUT/doctor.txt"
-python3 -m pytest /tmp/t/test_gpu.py -p no:cacheprovider --rootdir=/tmp/t -q -o addopts="" -rA 2>&1 \
+python3 -m pytest /tmp/t/test_gpu.py -p no:cacheprovider --rootdir=/tmp/t -q -o addopts="" -o junit_family=xunit1 --junitxml="$OUT/gpu-junit.xml" -rA 2>&1 \
   | tee "$OUT/gpu_tests.log" | tail -25
 if [ "${SKIP_STUDY:-0}" != 1 ]; then
   nvcc -O3 -arch=sm_90 -o /tmp/shapes "$REPO/bench/kernel_shapes.cu" && /tmp/shapes | tee "$OUT/shapes.json"

@@ -146,6 +146,16 @@ def test_jit_cache_that_keeps_nothing(site, fake_driver_dir, env):
     assert report["cache_problem"] and "compiles the PTX again" in report["cache_problem"], report
 
 
+@rel(case="driver hangs", how="fake driver whose cuInit sleeps 60 s; `cuplug probe --timeout 2`",
+     expect="exit 10 after about 2 s, naming the step that did not finish and what to check")
+def test_probe_never_hangs_on_a_stuck_driver(fake_driver_dir, tmp_path):
+    env = clean_env(LD_LIBRARY_PATH=str(fake_driver_dir), FAKE_CUDA_INIT_SLEEP_MS="60000")
+    t0 = time.monotonic()
+    proc = run_cli(["probe", "--timeout", "2"], env, cwd=tmp_path)
+    assert proc.returncode == 10 and time.monotonic() - t0 < 20
+    assert "did not finish within 2 s" in proc.stderr and "nvidia-smi" in proc.stderr, proc.stderr
+
+
 # ---- hostile or broken artifacts ------------------------------------------------------------------------
 
 def _truncate(site, odd):

@@ -4,6 +4,7 @@
  *   FAKE_CUDA_DRIVER_VERSION cuDriverGetVersion (default 13000)
  *   FAKE_CUDA_DEVICES        comma list of capabilities, e.g. "9.0,8.6" (default "9.0")
  *   FAKE_CUDA_MARKER         a file created when the library is loaded
+ *   FAKE_CUDA_INIT_SLEEP_MS  cuInit sleeps this long first (a hung driver)
  * CUDA_VISIBLE_DEVICES is emulated as the driver does it inside cuInit: a comma
  * list of indices or GPU-UUID prefixes, ending at the first bad entry; "" -> none.
  * cuGetProcAddress answers with this library's own symbols.
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_DEV 16
 typedef int CUresult;
@@ -73,6 +75,11 @@ static void parse(void) {
 
 CUresult cuInit(unsigned flags) {
     (void)flags;
+    const char* sleep_ms = getenv("FAKE_CUDA_INIT_SLEEP_MS");
+    if (sleep_ms && atol(sleep_ms) > 0) {
+        struct timespec ts = {atol(sleep_ms) / 1000, (atol(sleep_ms) % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     const char* e = getenv("FAKE_CUDA_INIT_ERROR");
     if (e && atoi(e)) return atoi(e);
     parse();

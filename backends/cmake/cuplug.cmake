@@ -54,7 +54,8 @@ function(cuplug_add_cpu_backend name)
   set(target cuplug_${name}_cpu)
   add_library(${target} SHARED ${ARG_SOURCES})
   set_target_properties(${target} PROPERTIES C_STANDARD 11 OUTPUT_NAME cuplug_${name}_cpu)
-  # No FMA contraction: scale_add gives the same bits on every backend.
+  target_compile_definitions(${target} PRIVATE CUPLUG_BACKEND_NAME="${name}")
+  # No FMA contraction: float math gives the same bits as the CUDA kernels.
   target_compile_options(${target} PRIVATE -O3 -Wall -Wextra -ffp-contract=off)
   _cuplug_common_link(${target})
 endfunction()

@@ -1,6 +1,7 @@
 /*
  * Pieces shared by every backend implementation (CPU in C, CUDA in C++):
  * bounded text output, per-instance error text, and the resident-buffer table.
+ * cuplug_cpu_backend.h and cuplug_cuda_backend.cuh build the C ABI on them.
  * Header-only (static inline) so each backend .so carries its own copy and
  * exports nothing extra.
  */
@@ -34,16 +35,6 @@ static inline void cuplug_vformat(char* dst, const char* fmt, va_list ap) {
 
 /* Largest n accepted: the byte count must fit in a signed 64-bit size. */
 #define CUPLUG_MAX_ELEMENTS ((long long)(INT64_MAX / 8))
-
-/* Returns one of the three op codes, or -1. */
-enum { CUPLUG_OP_ADD = 0, CUPLUG_OP_SCALE_ADD = 1, CUPLUG_OP_SUM = 2 };
-static inline int cuplug_parse_op(const char* op) {
-    if (op == NULL) return -1;
-    if (strcmp(op, "add") == 0) return CUPLUG_OP_ADD;
-    if (strcmp(op, "scale_add") == 0) return CUPLUG_OP_SCALE_ADD;
-    if (strcmp(op, "sum") == 0) return CUPLUG_OP_SUM;
-    return -1;
-}
 
 /*
  * Resident buffer table. An id is (instance serial << 32) | (slot + 1), so an id

@@ -26,7 +26,17 @@ from .errors import (
     UnknownOpError,
 )
 
-OPS = {"add": 2, "scale_add": 1, "sum": 1}  # op -> number of array operands
+# op -> (number of array operands, result is one element): what a backend's ping JSON
+# declares under "ops" (cuplug_ops.h); this is the reference backend's table, used
+# only for a backend built before ops were declared.
+VECTOR_OPS = {"add": (2, False), "scale_add": (1, False), "sum": (1, True)}
+
+
+def _ops_of(info: dict[str, Any]) -> dict[str, tuple[int, bool]]:
+    declared = info.get("ops")
+    if not isinstance(declared, dict):
+        return dict(VECTOR_OPS)
+    return {name: (int(spec.get("inputs", 1)), spec.get("out") == "1") for name, spec in declared.items()}
 _FLOAT_FORMATS = {"f", "<f", "=f", "@f"}
 
 # A CUDA context does not survive fork(): in the child, every CUDA backend of the
@@ -92,6 +102,7 @@ class Backend:
         self._lock = threading.Lock()
         self._info = info
         self.variant: str = info.get("variant", "unknown")
+        self.ops = _ops_of(info)  # op -> (operand count, returns one element)
         self.cuda = cuda
         self.trace = trace
         self.path = library.path
@@ -168,22 +179,24 @@ class Backend:
         Host arrays give a host result (same kind as ``x``; a float for ``sum``).
         ``Buffer`` operands run resident and give a ``Buffer`` (a float for ``sum``).
         """
-        if op not in OPS:
-            raise UnknownOpError(f"unknown op {op!r}; expected one of {', '.join(OPS)}")
-        if len(operands) != OPS[op]:
-            raise InvalidInputError(f"{op} takes {OPS[op]} array operand(s), got {len(operands)}")
+        if op not in self.ops:
+            raise UnknownOpError(f"unknown op {op!r}; this {self._info.get('backend', '')} backend has "
+                                 f"{', '.join(self.ops)}")
+        count, scalar = self.ops[op]
+        if len(operands) != count:
+            raise InvalidInputError(f"{op} takes {count} array operand(s), got {len(operands)}")
         if any(isinstance(o, Buffer) for o in operands):
-            return self._run_resident(op, operands, out, alpha, beta)
+            return self._run_resident(op, operands, out, alpha, beta, scalar)
         inputs = [_Operand(o, f"operand {i}") for i, o in enumerate(operands)]
         try:
             n = inputs[0].n
             for extra in inputs[1:]:
                 if extra.n != n:
                     raise InvalidInputError(f"{op}: operand lengths differ ({n} vs {extra.n})")
-            result = array.array("f", [0.0]) if op == "sum" else (out if out is not None else _new_like(operands[0], n))
+            result = array.array("f", [0.0]) if scalar else (out if out is not None else _new_like(operands[0], n))
             dst = _Operand(result, "out", writable=True)
             try:
-                if op != "sum" and dst.n != n:
+                if not scalar and dst.n != n:
                     raise InvalidInputError(f"{op}: out has {dst.n} elements, inputs have {n}")
                 y = inputs[1].ptr if len(inputs) > 1 else None
                 with self._lock:
@@ -195,22 +208,23 @@ class Backend:
         finally:
             for operand in inputs:
                 operand.release()
-        return float(result[0]) if op == "sum" else result
+        return float(result[0]) if scalar else result
 
-    def _run_resident(self, op: str, operands: tuple[Any, ...], out: Any, alpha: float, beta: float) -> Any:
+    def _run_resident(self, op: str, operands: tuple[Any, ...], out: Any, alpha: float, beta: float,
+                      scalar: bool) -> Any:
         if not all(isinstance(o, Buffer) and o.backend is self for o in operands):
             raise InvalidInputError(f"{op}: mix of host arrays and buffers, or buffers of another backend")
         n = operands[0].n
         if any(o.n != n for o in operands):
             raise InvalidInputError(f"{op}: buffer lengths differ")
-        target = out if out is not None else self.empty(1 if op == "sum" else n)
+        target = out if out is not None else self.empty(1 if scalar else n)
         target._template = target._template if out is not None else operands[0]._template
         in2 = operands[1].id if len(operands) > 1 else 0
         with self._lock:
             rc = self._lib.run_resident(self._live_handle(), op.encode(), operands[0].id, in2, target.id,
                                         float(alpha), float(beta), n)
             self._check(rc, op)
-        if op == "sum":
+        if scalar:
             value = target.to_host()[0]
             if out is None:
                 target.free()

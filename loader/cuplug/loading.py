@@ -71,8 +71,13 @@ class Trace:
         return format_trace(self)
 
 
-def cpu_library_path(backend: str) -> Path:
-    return CPU_DIR / f"libcuplug_{backend}_cpu.so"
+def cpu_library_path(backend: str) -> Path | None:
+    """The CPU twin of `backend`: cuplug's own for "vector", else the one an installed package
+    registers in the entry-point group ``cuplug.cpu_backends`` (name: the backend, value: the
+    module whose directory holds ``libcuplug_<backend>_cpu.so``)."""
+    if backend == "vector":
+        return CPU_DIR / f"libcuplug_{backend}_cpu.so"
+    return manifest.cpu_twin_path(backend)
 
 
 def _device_facts(probe: driver.ProbeResult, index: int) -> tuple[driver.Device | None, tuple[str, str] | None]:
@@ -111,8 +116,9 @@ def decide(backend: str = "vector", device: int | str | None = None, env: dict[s
     elif not artifacts and unusable:
         code, why = reasons.ARTIFACT_CORRUPT, "no usable manifest: " + "; ".join(c.reason for c in unusable)
     elif not artifacts:
-        code, why = reasons.NO_BACKEND_INSTALLED, (
-            f"no CUDA artifact of backend '{backend}' installed (pip install 'cuplug[cuda12]' or 'cuplug[cuda13]')")
+        hint = "pip install 'cuplug[cuda12]' or 'cuplug[cuda13]'" if backend == "vector" else \
+            f"install the CUDA extra of the package that provides '{backend}'"
+        code, why = reasons.NO_BACKEND_INSTALLED, f"no CUDA artifact of backend '{backend}' installed ({hint})"
     else:
         codes = {c.code for c in candidates if not c.accepted}
         code = next((p for p in _REJECTION_PRIORITY if p in codes), reasons.NO_COMPATIBLE_ARTIFACT)
@@ -169,8 +175,14 @@ def load(backend: str = "vector", device: int | str | None = None, env: dict[str
                 f"CUPLUG_REQUIRE_CUDA=1 but CUDA cannot serve: {trace.decision_code}: {trace.decision_reason}",
                 trace.decision_code, trace)
         log.info("cuplug: using the CPU backend: %s (%s)", trace.decision_reason, trace.decision_code)
+        cpu_path = cpu_library_path(backend)
+        if cpu_path is None:
+            raise BackendNotAvailable(
+                f"no CPU backend '{backend}': no installed package registers it in the entry-point group "
+                f"{manifest.CPU_ENTRY_POINT_GROUP} (is the package that provides it installed?)",
+                reasons.NO_BACKEND_INSTALLED, trace)
         try:
-            lib, handle, info = _try_load(cpu_library_path(backend), "0")
+            lib, handle, info = _try_load(cpu_path, "0")
         except ArtifactError as exc:
             raise BackendNotAvailable(f"the CPU backend of '{backend}' failed to load: {exc}", exc.code, trace) from exc
         trace.attempts.append(Attempt("cpu", None, reasons.OK, "loaded"))

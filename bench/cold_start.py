@@ -37,7 +37,7 @@ def timed(name: str, fn, *args):
 
 
 def main() -> None:
-    lib = timed("cuinit", lambda: (ctypes.CDLL("libcuda.so.1").cuInit(0)))
+    lib = timed("cuinit", lambda: ctypes.CDLL("libcuda.so.1").cuInit(0))
     assert lib == 0, f"cuInit returned {lib}"
     facts = timed("probe", driver.probe)
     real_probe, loading.driver.probe = loading.driver.probe, lambda: facts

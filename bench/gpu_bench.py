@@ -46,8 +46,13 @@ def breakdown(env=None, runs=5):
     rows = []
     for _ in range(runs):
         t = time.perf_counter()
-        out = subprocess.run([sys.executable, os.path.join(HERE, "cold_start.py")], check=True, capture_output=True,
-                             text=True, env={**os.environ, **(env or {})}).stdout
+        out = subprocess.run(
+            [sys.executable, os.path.join(HERE, "cold_start.py")],
+            check=True,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **(env or {})},
+        ).stdout
         row = json.loads(out.strip().splitlines()[-1])
         row["process_total"] = (time.perf_counter() - t) * 1e3
         rows.append(row)
@@ -72,46 +77,62 @@ def main() -> None:
     res["d2d_copy_GBs"] = gb(2 * 4 * n, median_ms(lambda: tout.copy_(tx), tsync))
     pinned = torch.empty(n, dtype=torch.float32, pin_memory=True)
     res["pinned_h2d_d2h_GBs"] = gb(2 * 4 * n, median_ms(lambda: (tout.copy_(pinned), pinned.copy_(tout)), tsync))
-    del tx, ty, tout
+    tx = ty = tout = None  # free the device arrays before cuplug's
     torch.cuda.empty_cache()
     for variant in ("cuda13:fatbin", "cuda12:fatbin"):
         os.environ["CUPLUG_BACKEND"] = variant
         with cuplug.load() as b:
             bx, by, bo = b.buffer(x), b.buffer(x), b.empty(n)
             lib, h = b._lib, b._handle
-            res[f"{variant}_add_GBs"] = gb(3 * 4 * n, median_ms(
-                lambda: lib.run_resident(h, b"add", bx.id, by.id, bo.id, 1.0, 0.0, n), b.sync))
-            res[f"{variant}_scale_add_GBs"] = gb(2 * 4 * n, median_ms(
-                lambda: lib.run_resident(h, b"scale_add", bx.id, 0, bo.id, 2.0, 1.0, n), b.sync))
+            res[f"{variant}_add_GBs"] = gb(
+                3 * 4 * n, median_ms(lambda: lib.run_resident(h, b"add", bx.id, by.id, bo.id, 1.0, 0.0, n), b.sync)
+            )
+            res[f"{variant}_scale_add_GBs"] = gb(
+                2 * 4 * n, median_ms(lambda: lib.run_resident(h, b"scale_add", bx.id, 0, bo.id, 2.0, 1.0, n), b.sync)
+            )
             for buf in (bx, by, bo):
                 buf.free()
             out = np.empty_like(x)
-            res[f"{variant}_host_add_GBs"] = gb(3 * 4 * n, median_ms(lambda: b.run("add", x, x, out=out), lambda: None, 3))
+            res[f"{variant}_host_add_GBs"] = gb(
+                3 * 4 * n, median_ms(lambda: b.run("add", x, x, out=out), lambda: None, 3)
+            )
     # The host path with one staging thread (the old design), same run, same arrays.
     os.environ.update(CUPLUG_BACKEND="cuda13:fatbin", CUPLUG_STAGING_THREADS="1")
     with cuplug.load() as b:
         out = np.empty_like(x)
-        res["cuda13:fatbin_host_add_1thread_GBs"] = gb(3 * 4 * n, median_ms(lambda: b.run("add", x, x, out=out),
-                                                                           lambda: None, 3))
+        res["cuda13:fatbin_host_add_1thread_GBs"] = gb(
+            3 * 4 * n, median_ms(lambda: b.run("add", x, x, out=out), lambda: None, 3)
+        )
     os.environ.pop("CUPLUG_STAGING_THREADS")
     tdev = torch.empty(n, dtype=torch.float32, device="cuda")
     host = torch.from_numpy(x)
     res["torch_pageable_h2d_d2h_GBs"] = gb(2 * 4 * n, median_ms(lambda: (tdev.copy_(host), host.copy_(tdev)), tsync, 3))
-    del tdev
+    tdev = None
     os.environ.pop("CUPLUG_BACKEND")
     add = "import numpy as np, {m}; x=np.ones(1<<20,dtype=np.float32); {body}"
-    res["cold_cuplug_ms"] = cold_start(add.format(m="cuplug", body="b=cuplug.load(); r=b.run('add',x,x); assert r[5]==2"))
-    res["cold_torch_ms"] = cold_start(add.format(m="torch", body="t=torch.from_numpy(x).cuda(); r=torch.add(t,t).cpu(); assert r[5]==2"))
-    res["cold_cupy_ms"] = cold_start(add.format(m="cupy", body="t=cupy.asarray(x); r=cupy.asnumpy(t+t); assert r[5]==2"))
-    for variant, env in (("ptx_nocache", {"CUPLUG_BACKEND": "cuda13:ptx", "CUDA_CACHE_DISABLE": "1"}),
-                         ("ptx_warm_cache", {"CUPLUG_BACKEND": "cuda13:ptx"}),
-                         ("fatbin", {"CUPLUG_BACKEND": "cuda13:fatbin"})):
-        res[f"cold_{variant}_ms"] = cold_start(add.format(m="cuplug", body="b=cuplug.load(); r=b.run('add',x,x); assert r[5]==2"), env)
+    res["cold_cuplug_ms"] = cold_start(
+        add.format(m="cuplug", body="b=cuplug.load(); r=b.run('add',x,x); assert r[5]==2")
+    )
+    res["cold_torch_ms"] = cold_start(
+        add.format(m="torch", body="t=torch.from_numpy(x).cuda(); r=torch.add(t,t).cpu(); assert r[5]==2")
+    )
+    res["cold_cupy_ms"] = cold_start(
+        add.format(m="cupy", body="t=cupy.asarray(x); r=cupy.asnumpy(t+t); assert r[5]==2")
+    )
+    for variant, env in (
+        ("ptx_nocache", {"CUPLUG_BACKEND": "cuda13:ptx", "CUDA_CACHE_DISABLE": "1"}),
+        ("ptx_warm_cache", {"CUPLUG_BACKEND": "cuda13:ptx"}),
+        ("fatbin", {"CUPLUG_BACKEND": "cuda13:fatbin"}),
+    ):
+        res[f"cold_{variant}_ms"] = cold_start(
+            add.format(m="cuplug", body="b=cuplug.load(); r=b.run('add',x,x); assert r[5]==2"), env
+        )
     # Where a cold start goes (fresh processes, one step at a time), and the JIT's share.
     res["breakdown_auto"] = breakdown()
     res["breakdown_fatbin"] = breakdown({"CUPLUG_BACKEND": "cuda13:fatbin"})
     res["breakdown_ptx_nocache"] = breakdown({"CUPLUG_BACKEND": "cuda13:ptx", "CUDA_CACHE_DISABLE": "1"})
     import tempfile
+
     with tempfile.TemporaryDirectory() as cache:
         jit = {"CUDA_CACHE_PATH": cache}
         subprocess.run([sys.executable, "-m", "cuplug", "warmup"], check=True, env={**os.environ, **jit})
@@ -119,6 +140,7 @@ def main() -> None:
     res["breakdown_cuda12_ptx_nocache"] = breakdown({"CUPLUG_BACKEND": "cuda12:ptx", "CUDA_CACHE_DISABLE": "1"})
     t = time.perf_counter()
     import importlib
+
     importlib.reload(cuplug)
     res["import_ms_reload"] = (time.perf_counter() - t) * 1e3
     t = time.perf_counter()

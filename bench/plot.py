@@ -16,8 +16,10 @@ def main(path: str) -> None:
     r = json.loads(Path(path).read_text())
     fig, (bw, cold) = plt.subplots(1, 2, figsize=(12, 4.5))
     bars = {
-        "device copy": r["d2d_copy_GBs"], "torch.add": r["torch_add_GBs"],
-        "cuplug add\ncuda13": r["cuda13:fatbin_add_GBs"], "cuplug add\ncuda12": r["cuda12:fatbin_add_GBs"],
+        "device copy": r["d2d_copy_GBs"],
+        "torch.add": r["torch_add_GBs"],
+        "cuplug add\ncuda13": r["cuda13:fatbin_add_GBs"],
+        "cuplug add\ncuda12": r["cuda12:fatbin_add_GBs"],
         "cuplug scale_add\ncuda13": r["cuda13:fatbin_scale_add_GBs"],
     }
     bw.bar(list(bars), list(bars.values()), color=["#888", "#e07b39", "#3a7dc9", "#6fa8dc", "#3a7dc9"])
@@ -26,8 +28,11 @@ def main(path: str) -> None:
     for i, v in enumerate(bars.values()):
         bw.text(i, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
     starts = {
-        "cuplug\n(fatbin)": r["cold_cuplug_ms"], "CuPy": r["cold_cupy_ms"], "PyTorch": r["cold_torch_ms"],
-        "cuplug ptx\nno JIT cache": r["cold_ptx_nocache_ms"], "cuplug ptx\nwarm cache": r["cold_ptx_warm_cache_ms"],
+        "cuplug\n(fatbin)": r["cold_cuplug_ms"],
+        "CuPy": r["cold_cupy_ms"],
+        "PyTorch": r["cold_torch_ms"],
+        "cuplug ptx\nno JIT cache": r["cold_ptx_nocache_ms"],
+        "cuplug ptx\nwarm cache": r["cold_ptx_warm_cache_ms"],
     }
     cold.bar(list(starts), list(starts.values()), color=["#3a7dc9", "#5aa469", "#e07b39", "#6fa8dc", "#6fa8dc"])
     cold.set_ylabel("ms, fresh process: import to verified 1M add")

@@ -22,13 +22,17 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REQUIREMENTS = HERE / "requirements-tools.txt"
-PIP_URL = ("https://files.pythonhosted.org/packages/44/3c/d717024885424591d5376220b5e836c2d5293ce2011523c9de23ff7bf068/"
-           "pip-25.3-py3-none-any.whl")
+PIP_URL = (
+    "https://files.pythonhosted.org/packages/44/3c/d717024885424591d5376220b5e836c2d5293ce2011523c9de23ff7bf068/"
+    "pip-25.3-py3-none-any.whl"
+)
 PIP_SHA256 = "9655943313a94722b7774661c21049070f6bbb0a1516bf02f7c8d5d9201514cd"
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("CUPLUG_CACHE_DIR") or str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cuplug")
+    base = os.environ.get("CUPLUG_CACHE_DIR") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cuplug"
+    )
     key = hashlib.sha256(REQUIREMENTS.read_bytes() + sys.version.encode()).hexdigest()[:12]
     return Path(base) / f"tools-{key}"
 
@@ -57,8 +61,19 @@ def main() -> int:
         except (subprocess.CalledProcessError, OSError):
             venv.create(env_dir, with_pip=False, clear=True)
         ensure_pip(env_dir)
-        subprocess.run([env_dir / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        "-r", str(REQUIREMENTS)], check=True)
+        subprocess.run(
+            [
+                env_dir / "bin" / "python",
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "-r",
+                str(REQUIREMENTS),
+            ],
+            check=True,
+        )
         marker.touch()
     os.chdir(HERE.parent)
     nox = env_dir / "bin" / "nox"

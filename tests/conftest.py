@@ -51,8 +51,20 @@ def fake_driver_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Builds tests/fake_cuda/fake_libcuda.c into <tmp>/libcuda.so.1."""
     out = tmp_path_factory.mktemp("fake_cuda")
     cc = os.environ.get("CC", "cc")
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-o", str(out / "libcuda.so.1"),
-                    str(HERE / "fake_cuda" / "fake_libcuda.c"), "-ldl"], check=True)
+    subprocess.run(
+        [
+            cc,
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-o",
+            str(out / "libcuda.so.1"),
+            str(HERE / "fake_cuda" / "fake_libcuda.c"),
+            "-ldl",
+        ],
+        check=True,
+    )
     return out
 
 
@@ -64,9 +76,12 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_py(code: str, env: dict[str, str], cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+def run_py(
+    code: str, env: dict[str, str], cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def run_json(code: str, env: dict[str, str]) -> object:
@@ -76,8 +91,9 @@ def run_json(code: str, env: dict[str, str]) -> object:
 
 
 def run_cli(args: list[str], env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cuplug", *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "cuplug", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.fixture(scope="session")
@@ -86,8 +102,21 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = tmp_path_factory.mktemp("site")
     wheels = sorted(Path(WHEELS or "").glob("cuplug_cuda*.whl"))
     assert len(wheels) == 2, wheels
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target",
-                    str(target), *map(str, wheels)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--no-deps",
+            "--target",
+            str(target),
+            *map(str, wheels),
+        ],
+        check=True,
+    )
     return target
 
 

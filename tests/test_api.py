@@ -62,17 +62,27 @@ def test_resident_buffers(b):
         bx.to_host()
 
 
-@pytest.mark.reliability(case='bad input to Backend.run', how='float64, non-contiguous, lengths that differ, empty, wrong operand count, a list, a short out',
-                         expect='InvalidInputError naming the problem; nothing reaches the C ABI')
-@pytest.mark.parametrize(("args", "kwargs", "match"), [
-    (("add", np.ones(3, dtype=np.float64), np.ones(3, dtype=np.float64)), {}, "float32"),
-    (("add", np.ones((4, 4), dtype=np.float32)[:, ::2], np.ones(8, dtype=np.float32)), {}, "C-contiguous"),
-    (("add", np.ones(3, dtype=np.float32), np.ones(4, dtype=np.float32)), {}, "lengths differ"),
-    (("sum", np.ones(0, dtype=np.float32)), {}, "empty"),
-    (("add", np.ones(3, dtype=np.float32)), {}, "takes 2"),
-    (("sum", [1.0, 2.0]), {}, "float32 buffer"),
-    (("add", np.ones(3, dtype=np.float32), np.ones(3, dtype=np.float32)), {"out": np.ones(2, dtype=np.float32)}, "out has 2"),
-])
+@pytest.mark.reliability(
+    case="bad input to Backend.run",
+    how="float64, non-contiguous, lengths that differ, empty, wrong operand count, a list, a short out",
+    expect="InvalidInputError naming the problem; nothing reaches the C ABI",
+)
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        (("add", np.ones(3, dtype=np.float64), np.ones(3, dtype=np.float64)), {}, "float32"),
+        (("add", np.ones((4, 4), dtype=np.float32)[:, ::2], np.ones(8, dtype=np.float32)), {}, "C-contiguous"),
+        (("add", np.ones(3, dtype=np.float32), np.ones(4, dtype=np.float32)), {}, "lengths differ"),
+        (("sum", np.ones(0, dtype=np.float32)), {}, "empty"),
+        (("add", np.ones(3, dtype=np.float32)), {}, "takes 2"),
+        (("sum", [1.0, 2.0]), {}, "float32 buffer"),
+        (
+            ("add", np.ones(3, dtype=np.float32), np.ones(3, dtype=np.float32)),
+            {"out": np.ones(2, dtype=np.float32)},
+            "out has 2",
+        ),
+    ],
+)
 def test_bad_input_is_a_clear_error(b, args, kwargs, match):
     with pytest.raises(cuplug.InvalidInputError, match=match):
         b.run(*args, **kwargs)
@@ -83,8 +93,11 @@ def test_unknown_op(b):
         b.run("mul", np.ones(2, dtype=np.float32))
 
 
-@pytest.mark.reliability(case='use after close, double close', how='run() and close() on a closed backend',
-                         expect='BackendClosedError, no crash')
+@pytest.mark.reliability(
+    case="use after close, double close",
+    how="run() and close() on a closed backend",
+    expect="BackendClosedError, no crash",
+)
 def test_use_after_close_and_double_close():
     b = cuplug.load()
     b.close()
@@ -94,8 +107,11 @@ def test_use_after_close_and_double_close():
         b.close()
 
 
-@pytest.mark.reliability(case='buffer ids of another instance', how='a Buffer of one backend passed to another, and a forged Buffer',
-                         expect='InvalidInputError / BackendError naming the id')
+@pytest.mark.reliability(
+    case="buffer ids of another instance",
+    how="a Buffer of one backend passed to another, and a forged Buffer",
+    expect="InvalidInputError / BackendError naming the id",
+)
 def test_buffers_of_another_instance_are_refused(b):
     with cuplug.load() as other:
         foreign = other.buffer(np.ones(4, dtype=np.float32))
@@ -120,8 +136,9 @@ def test_two_instances_from_many_threads_do_not_cross_talk():
             if not np.array_equal(be.run("add", x, y), x + y):
                 errors.append(f"thread {k}: wrong add")
             bx = be.buffer(x)
-            if not np.array_equal(be.run("scale_add", bx, alpha=2.0, beta=float(k)).to_host(),
-                                  np.float32(2) * x + np.float32(k)):
+            if not np.array_equal(
+                be.run("scale_add", bx, alpha=2.0, beta=float(k)).to_host(), np.float32(2) * x + np.float32(k)
+            ):
                 errors.append(f"thread {k}: wrong resident scale_add")
             bx.free()
 
@@ -136,8 +153,7 @@ def test_two_instances_from_many_threads_do_not_cross_talk():
 
 
 def test_import_opens_no_cuda_and_no_numpy():
-    code = ("import sys, cuplug; maps = open('/proc/self/maps').read();"
-            "print('numpy' in sys.modules, 'libcuda' in maps)")
+    code = "import sys, cuplug; maps = open('/proc/self/maps').read();print('numpy' in sys.modules, 'libcuda' in maps)"
     proc = run_py(code, clean_env())
     assert proc.stdout.split() == ["False", "False"], proc.stderr
 

@@ -31,8 +31,9 @@ def ptr(a: np.ndarray) -> int:
 
 
 def test_exports_only_the_abi(cpu_lib_path):
-    out = subprocess.run(["nm", "-D", "--defined-only", str(cpu_lib_path)], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["nm", "-D", "--defined-only", str(cpu_lib_path)], capture_output=True, text=True, check=True
+    ).stdout
     names = {line.split()[-1] for line in out.splitlines() if line.strip()}
     assert names == set(abi.SYMBOLS)
 
@@ -68,8 +69,11 @@ def test_sum_of_1e8_elements_is_float64_accurate(lib, handle):
     assert abs(float(s[0]) - ref) / ref < 1e-6
 
 
-@pytest.mark.reliability(case='bad arguments to the C ABI', how='NULL handle, unknown or NULL op, n of 0, -1 or 2^62, NULL pointers',
-                         expect='the documented negative status and a message from last_error')
+@pytest.mark.reliability(
+    case="bad arguments to the C ABI",
+    how="NULL handle, unknown or NULL op, n of 0, -1 or 2^62, NULL pointers",
+    expect="the documented negative status and a message from last_error",
+)
 def test_bad_arguments_are_error_codes(lib, handle):
     x = np.ones(4, dtype=np.float32)
     assert lib.run(None, b"add", ptr(x), ptr(x), 0, 0, ptr(x), 4) == abi.E_INVALID_ARGUMENT
@@ -84,8 +88,11 @@ def test_bad_arguments_are_error_codes(lib, handle):
     assert lib.alloc(None, 4) == abi.E_INVALID_ARGUMENT
 
 
-@pytest.mark.reliability(case='resident buffer ids freed, stale, foreign or made up', how="double free, use after free, another instance's id, 0, -5, random ids",
-                         expect='CUPLUG_E_BAD_BUFFER (or BUFFER_TOO_SMALL), no crash')
+@pytest.mark.reliability(
+    case="resident buffer ids freed, stale, foreign or made up",
+    how="double free, use after free, another instance's id, 0, -5, random ids",
+    expect="CUPLUG_E_BAD_BUFFER (or BUFFER_TOO_SMALL), no crash",
+)
 def test_buffer_ids_are_checked(lib, handle):
     other = lib.create(None)
     try:

@@ -16,8 +16,9 @@ def fake(fake_driver_dir, **env):
     return clean_env(LD_LIBRARY_PATH=str(fake_driver_dir), **env)
 
 
-@pytest.mark.reliability(case='no driver', how='no libcuda.so.1 on the search path',
-                         expect='no-driver, CPU fallback, `cuplug probe` exit 10')
+@pytest.mark.reliability(
+    case="no driver", how="no libcuda.so.1 on the search path", expect="no-driver, CPU fallback, `cuplug probe` exit 10"
+)
 def test_no_driver():
     got = run_json(PROBE, clean_env())
     assert got["code"] == "no-driver" and not got["driver_found"]
@@ -31,36 +32,53 @@ def test_fake_driver_facts(fake_driver_dir):
     assert got["devices"][1]["uuid"].startswith("GPU-") and got["devices"][0]["memory_bytes"] == 16 << 30
 
 
-@pytest.mark.reliability(case='CUDA_VISIBLE_DEVICES reorders or names devices', how='indices, a reordered list, a list with a bad entry, a UUID',
-                         expect="the driver's numbering as cuInit applied it, reported as is")
-@pytest.mark.parametrize(("visible", "caps"), [
-    ("1", ["8.6"]), ("1,0", ["8.6", "9.0"]), ("0,7,1", ["9.0"]),
-    ("GPU-abababab-abab-abab-abab-ababababab01", ["8.6"]),
-])
+@pytest.mark.reliability(
+    case="CUDA_VISIBLE_DEVICES reorders or names devices",
+    how="indices, a reordered list, a list with a bad entry, a UUID",
+    expect="the driver's numbering as cuInit applied it, reported as is",
+)
+@pytest.mark.parametrize(
+    ("visible", "caps"),
+    [
+        ("1", ["8.6"]),
+        ("1,0", ["8.6", "9.0"]),
+        ("0,7,1", ["9.0"]),
+        ("GPU-abababab-abab-abab-abab-ababababab01", ["8.6"]),
+    ],
+)
 def test_cuda_visible_devices_is_the_drivers_business(fake_driver_dir, visible, caps):
     got = run_json(PROBE, fake(fake_driver_dir, FAKE_CUDA_DEVICES="9.0,8.6", CUDA_VISIBLE_DEVICES=visible))
     assert [d["capability"] for d in got["devices"]] == caps
     assert got["visible_devices"] == visible
 
 
-@pytest.mark.reliability(case='CUDA_VISIBLE_DEVICES hides every device', how='empty, `-1`, or an index out of range (`5`)',
-                         expect='no-device; cuplug never re-applies the variable on top of the driver')
+@pytest.mark.reliability(
+    case="CUDA_VISIBLE_DEVICES hides every device",
+    how="empty, `-1`, or an index out of range (`5`)",
+    expect="no-device; cuplug never re-applies the variable on top of the driver",
+)
 @pytest.mark.parametrize("visible", ["", "-1", "5"])
 def test_no_visible_device(fake_driver_dir, visible):
     got = run_json(PROBE, fake(fake_driver_dir, CUDA_VISIBLE_DEVICES=visible))
     assert got["code"] == "no-device"
 
 
-@pytest.mark.reliability(case='driver present but unusable at cuInit', how='fake driver: cuInit returns CUDA_ERROR_STUB_LIBRARY (34), CUDA_ERROR_INSUFFICIENT_DRIVER (35) or an unknown error (999)',
-                         expect="driver-init-failed with the driver's error name in the reason")
+@pytest.mark.reliability(
+    case="driver present but unusable at cuInit",
+    how="fake driver: cuInit returns CUDA_ERROR_STUB_LIBRARY (34), CUDA_ERROR_INSUFFICIENT_DRIVER (35) or an unknown error (999)",
+    expect="driver-init-failed with the driver's error name in the reason",
+)
 @pytest.mark.parametrize(("err", "name"), [("34", "STUB_LIBRARY"), ("35", "INSUFFICIENT_DRIVER"), ("999", "UNKNOWN")])
 def test_init_failures(fake_driver_dir, err, name):
     got = run_json(PROBE, fake(fake_driver_dir, FAKE_CUDA_INIT_ERROR=err))
     assert got["code"] == "driver-init-failed" and name in got["reason"]
 
 
-@pytest.mark.reliability(case='kill switch', how='CUPLUG_DISABLE_CUDA=1 or BACKEND_CUDA_DISABLE=1 with a driver present',
-                         expect="disabled; libcuda.so.1 is never opened (the fake driver's load marker stays absent)")
+@pytest.mark.reliability(
+    case="kill switch",
+    how="CUPLUG_DISABLE_CUDA=1 or BACKEND_CUDA_DISABLE=1 with a driver present",
+    expect="disabled; libcuda.so.1 is never opened (the fake driver's load marker stays absent)",
+)
 def test_kill_switch_never_opens_the_driver(fake_driver_dir, tmp_path):
     marker = tmp_path / "opened"
     for var in ("CUPLUG_DISABLE_CUDA", "BACKEND_CUDA_DISABLE"):
@@ -83,11 +101,14 @@ def test_require_cuda_turns_fallback_into_error(fake_driver_dir):
     assert proc.returncode == 2 and "CUPLUG_REQUIRE_CUDA=1" in proc.stderr
 
 
-@pytest.mark.parametrize(("env", "plain", "allowed"), [
-    ({}, 10, 0),
-    ({"CUPLUG_DISABLE_CUDA": "1"}, 20, 0),
-    ({"CUPLUG_BACKEND": "cpu"}, 0, 0),
-])
+@pytest.mark.parametrize(
+    ("env", "plain", "allowed"),
+    [
+        ({}, 10, 0),
+        ({"CUPLUG_DISABLE_CUDA": "1"}, 20, 0),
+        ({"CUPLUG_BACKEND": "cpu"}, 0, 0),
+    ],
+)
 def test_probe_exit_codes_without_driver(tmp_path, env, plain, allowed):
     proc = run_cli(["probe"], clean_env(**env), cwd=tmp_path)
     assert proc.returncode == plain, proc.stdout + proc.stderr

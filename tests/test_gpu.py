@@ -53,9 +53,11 @@ def test_largest_size(monkeypatch):
         check_ops(b, 1 << 28)
 
 
-@pytest.mark.reliability(case="no kernel image for the device", how="CUPLUG_BACKEND forces an sm_75 or sm_80 "
-                         "CUBIN on the sm_90 H200 (either major)", expect="kernel-image-missing at the smoke launch, "
-                         "then the fatbin is loaded and every op is right")
+@pytest.mark.reliability(
+    case="no kernel image for the device",
+    how="CUPLUG_BACKEND forces an sm_75 or sm_80 CUBIN on the sm_90 H200 (either major)",
+    expect="kernel-image-missing at the smoke launch, then the fatbin is loaded and every op is right",
+)
 @pytest.mark.parametrize("forced", ["cuda12:sm75", "cuda12:sm80", "cuda13:sm75", "cuda13:sm80"])
 def test_wrong_sass_falls_through_cleanly(monkeypatch, forced):
     with load_forced(monkeypatch, forced) as b:
@@ -118,8 +120,11 @@ def test_warmup_fills_the_jit_cache_and_inspect_agrees(tmp_path):
     assert inspected.returncode == 0, inspected.stdout + inspected.stderr
 
 
-@pytest.mark.reliability(case="allocation beyond the GPU's memory", how="Backend.empty(2^40 floats) on the H200",
-                         expect="OutOfMemoryError naming out of memory; the same instance then runs every op right")
+@pytest.mark.reliability(
+    case="allocation beyond the GPU's memory",
+    how="Backend.empty(2^40 floats) on the H200",
+    expect="OutOfMemoryError naming out of memory; the same instance then runs every op right",
+)
 def test_out_of_memory_is_an_error_and_instance_survives():
     with cuplug.load() as b:
         with pytest.raises(cuplug.OutOfMemoryError, match="out of memory"):
@@ -162,10 +167,13 @@ def _cpu_reference():
     return cuplug.loading.load(env={"CUPLUG_BACKEND": "cpu"})
 
 
-@pytest.mark.reliability(case="8 threads x 4 instances x 1,000 mixed ops", how="each thread runs 1,000 random ops "
-                         "(add, scale_add, sum; host arrays and resident buffers; 1 to 300,000 elements) on each of "
-                         "4 CUDA instances", expect="add and scale_add bit-exact against the CPU backend, sum within "
-                         "1e-6 relative; no error, no cross-talk")
+@pytest.mark.reliability(
+    case="8 threads x 4 instances x 1,000 mixed ops",
+    how="each thread runs 1,000 random ops "
+    "(add, scale_add, sum; host arrays and resident buffers; 1 to 300,000 elements) on each of "
+    "4 CUDA instances",
+    expect="add and scale_add bit-exact against the CPU backend, sum within 1e-6 relative; no error, no cross-talk",
+)
 def test_threads_by_instances_against_the_cpu_backend(record_property):
     instances = [cuplug.load() for _ in range(4)]
     assert all(b.variant == "fatbin" for b in instances)
@@ -182,8 +190,11 @@ def test_threads_by_instances_against_the_cpu_backend(record_property):
                 op = ("add", "scale_add", "sum")[i % 3]
                 resident = i % 4 == 0
                 args = (x, x[::-1].copy()) if op == "add" else (x,)
-                kw = {"alpha": float(rng.standard_normal()), "beta": float(rng.standard_normal())} \
-                    if op == "scale_add" else {}
+                kw = (
+                    {"alpha": float(rng.standard_normal()), "beta": float(rng.standard_normal())}
+                    if op == "scale_add"
+                    else {}
+                )
                 if resident:
                     bufs = [b.buffer(a) for a in args]
                     got = b.run(op, *bufs, **kw)
@@ -211,9 +222,12 @@ def test_threads_by_instances_against_the_cpu_backend(record_property):
     assert done[0] == 8 * 4 * 1000 and failures == [], failures[:5]
 
 
-@pytest.mark.reliability(case="10,000 create/destroy cycles", how="cuplug_backend_create + destroy 10,000 times on "
-                         "the H200, every 500th cycle with a 32 MiB host add (so staging is made and freed too)",
-                         expect="free device memory back to its baseline (within 2 MiB); host RSS growth reported")
+@pytest.mark.reliability(
+    case="10,000 create/destroy cycles",
+    how="cuplug_backend_create + destroy 10,000 times on "
+    "the H200, every 500th cycle with a 32 MiB host add (so staging is made and freed too)",
+    expect="free device memory back to its baseline (within 2 MiB); host RSS growth reported",
+)
 def test_create_destroy_cycles_leave_no_device_memory(record_property):
     watcher = cuplug.load()
     lib, h = watcher._lib, watcher._handle
@@ -240,8 +254,13 @@ def test_create_destroy_cycles_leave_no_device_memory(record_property):
     after = free_bytes()
     rss_growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) * 1024
     watcher.close()
-    for key, value in (("free_before_bytes", before), ("free_after_bytes", after), ("delta_bytes", before - after),
-                       ("seconds", round(seconds, 1)), ("max_rss_growth_bytes", rss_growth)):
+    for key, value in (
+        ("free_before_bytes", before),
+        ("free_after_bytes", after),
+        ("delta_bytes", before - after),
+        ("seconds", round(seconds, 1)),
+        ("max_rss_growth_bytes", rss_growth),
+    ):
         record_property(key, value)
     assert before - after <= 2 << 20, f"{(before - after) / 2**20:.1f} MiB of device memory not returned"
 
@@ -266,10 +285,12 @@ print(json.dumps([os.waitstatus_to_exitcode(status), b.run("sum", memoryview(byt
 """
 
 
-@pytest.mark.reliability(case="fork() after a CUDA load, on the GPU", how="cuplug.load() (cuda13/fatbin), os.fork(); "
-                         "the child uses the parent's backend, then calls cuplug.load()",
-                         expect="the child gets BackendError naming fork (no hang), its fresh load answers correctly "
-                         "(on the CPU, with the reason); the parent keeps its GPU backend")
+@pytest.mark.reliability(
+    case="fork() after a CUDA load, on the GPU",
+    how="cuplug.load() (cuda13/fatbin), os.fork(); the child uses the parent's backend, then calls cuplug.load()",
+    expect="the child gets BackendError naming fork (no hang), its fresh load answers correctly "
+    "(on the CPU, with the reason); the parent keeps its GPU backend",
+)
 def test_fork_after_cuda_load():
     proc = run_py(FORK_ON_GPU, clean_env(), timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -279,13 +300,18 @@ def test_fork_after_cuda_load():
     assert parent == [0, 3.0]
 
 
-@pytest.mark.reliability(case="JIT cache disabled, on the GPU", how="CUDA_CACHE_DISABLE=1 with the ptx variant forced",
-                         expect="results still right (the driver JIT-compiles in every process); `cuplug warmup` "
-                         "exits 1 and says nothing can be cached")
+@pytest.mark.reliability(
+    case="JIT cache disabled, on the GPU",
+    how="CUDA_CACHE_DISABLE=1 with the ptx variant forced",
+    expect="results still right (the driver JIT-compiles in every process); `cuplug warmup` "
+    "exits 1 and says nothing can be cached",
+)
 def test_ptx_without_a_jit_cache_is_correct_and_warmup_says_so(monkeypatch):
     monkeypatch.setenv("CUDA_CACHE_DISABLE", "1")
-    code = ("import numpy as np, cuplug, json; b = cuplug.load(); x = np.arange(4097, dtype=np.float32); "
-            "print(json.dumps([b.cuda + ':' + b.variant, bool((b.run('add', x, x) == x + x).all())]))")
+    code = (
+        "import numpy as np, cuplug, json; b = cuplug.load(); x = np.arange(4097, dtype=np.float32); "
+        "print(json.dumps([b.cuda + ':' + b.variant, bool((b.run('add', x, x) == x + x).all())]))"
+    )
     proc = run_py(code, clean_env(CUDA_CACHE_DISABLE="1", CUPLUG_BACKEND="cuda13:ptx"))
     assert proc.returncode == 0 and json.loads(proc.stdout) == ["cuda13:ptx", True], proc.stderr
     warm = run_cli(["warmup"], clean_env(CUDA_CACHE_DISABLE="1"))

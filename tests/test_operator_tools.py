@@ -35,10 +35,14 @@ def _validate(doc: dict, schema: dict) -> None:
 @pytest.mark.parametrize("scenario", ["no-driver", "fake-9.0", "fake-old-driver", "disabled", "no-load", "forced"])
 @needs_wheels
 def test_doctor_json_matches_its_schema(scenario, site, fake_driver_dir, doctor_schema):
-    env = {"no-driver": env_for(site), "fake-9.0": env_for(site, fake_driver_dir),
-           "fake-old-driver": env_for(site, fake_driver_dir, FAKE_CUDA_DRIVER_VERSION="12040"),
-           "disabled": env_for(site, fake_driver_dir, CUPLUG_DISABLE_CUDA="1"),
-           "no-load": env_for(site, fake_driver_dir), "forced": env_for(site, fake_driver_dir, CUPLUG_BACKEND="sm80")}
+    env = {
+        "no-driver": env_for(site),
+        "fake-9.0": env_for(site, fake_driver_dir),
+        "fake-old-driver": env_for(site, fake_driver_dir, FAKE_CUDA_DRIVER_VERSION="12040"),
+        "disabled": env_for(site, fake_driver_dir, CUPLUG_DISABLE_CUDA="1"),
+        "no-load": env_for(site, fake_driver_dir),
+        "forced": env_for(site, fake_driver_dir, CUPLUG_BACKEND="sm80"),
+    }
     args = ["doctor", "--json", *(["--no-load"] if scenario == "no-load" else [])]
     proc = run_cli(args, env[scenario])
     assert proc.returncode == 0, proc.stderr
@@ -47,16 +51,24 @@ def test_doctor_json_matches_its_schema(scenario, site, fake_driver_dir, doctor_
     assert ("loaded" in doc) == (scenario != "no-load")
     if scenario == "fake-9.0":  # the fall-through shows each step, in order, ending at the CPU
         attempts = doc["loaded"]["attempts"]
-        assert attempts[0]["variant"] == "fatbin" and attempts[-1] == {"variant": "cpu", "cuda": None,
-                                                                        "code": "ok", "reason": "loaded"}
+        assert attempts[0]["variant"] == "fatbin" and attempts[-1] == {
+            "variant": "cpu",
+            "cuda": None,
+            "code": "ok",
+            "reason": "loaded",
+        }
 
 
 def test_schema_rejects_a_wrong_document(doctor_schema):
     import jsonschema
 
-    bad = {"schema": "cuplug.doctor/1", "driver": {"found": True, "path": None, "version": 13000},
-           "devices": [{"index": 0, "name": "x", "capability": "9", "memory_bytes": 1}],
-           "candidates": [], "decision": {"backend": "vector", "variant": "cpu", "code": "fine", "reason": ""}}
+    bad = {
+        "schema": "cuplug.doctor/1",
+        "driver": {"found": True, "path": None, "version": 13000},
+        "devices": [{"index": 0, "name": "x", "capability": "9", "memory_bytes": 1}],
+        "candidates": [],
+        "decision": {"backend": "vector", "variant": "cpu", "code": "fine", "reason": ""},
+    }
     errors = list(jsonschema.Draft202012Validator(doctor_schema).iter_errors(bad))
     assert len(errors) >= 3, errors  # capability pattern, empty candidates, unknown code
 
@@ -65,8 +77,9 @@ def _cuobjdump_facts(so: Path) -> dict:
     from cuplug.build import toolchain
 
     tc = toolchain.install(so.parent.parent.name, lambda _msg: None)  # cached by build_backends
-    listing = subprocess.run([str(tc.cuobjdump), "--list-elf", "--list-ptx", str(so)], capture_output=True,
-                             text=True, check=True).stdout
+    listing = subprocess.run(
+        [str(tc.cuobjdump), "--list-elf", "--list-ptx", str(so)], capture_output=True, text=True, check=True
+    ).stdout
     sass = re.findall(r"^ELF file\s+\d+: .*\.(sm_\d+)\.cubin$", listing, re.M)
     ptx = [f"compute_{a}" for a in re.findall(r"^PTX file\s+\d+: .*\.sm_(\d+)\.ptx$", listing, re.M)]
     isa = None
@@ -118,8 +131,7 @@ def test_inspect_reports_a_swapped_file_in_a_wheel(tmp_path):
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest, "w") as zout:
         for item in zin.infolist():
             name = item.filename
-            data = zin.read(name if not name.endswith("sm75/libcuplug_vector.so")
-                            else name.replace("sm75", "sm80"))
+            data = zin.read(name if not name.endswith("sm75/libcuplug_vector.so") else name.replace("sm75", "sm80"))
             zout.writestr(item, data)
     proc = run_cli(["inspect", "--json", str(dest)], clean_env())
     assert proc.returncode == 15
@@ -149,8 +161,11 @@ def test_warmup_with_a_driver_that_cannot_serve(site, fake_driver_dir, tmp_path)
     assert all("CUPLUG_REQUIRE_CUDA" in r["error"] for r in doc["results"])
 
 
-@pytest.mark.reliability(case='PTX newer than the driver can JIT', how="fake driver reporting CUDA 12.2: cuda12's PTX ISA 8.4 needs 12.4",
-                         expect='the ptx artifacts rejected at selection (no dlopen, no JIT attempt); `cuplug warmup` exit 14 says why')
+@pytest.mark.reliability(
+    case="PTX newer than the driver can JIT",
+    how="fake driver reporting CUDA 12.2: cuda12's PTX ISA 8.4 needs 12.4",
+    expect="the ptx artifacts rejected at selection (no dlopen, no JIT attempt); `cuplug warmup` exit 14 says why",
+)
 @needs_wheels
 def test_warmup_with_ptx_too_new_for_the_driver(site, fake_driver_dir, tmp_path):
     # CUDA 12.2 driver: cuda13 needs 13.0, cuda12's PTX ISA 8.4 needs 12.4: nothing to JIT.
@@ -158,8 +173,13 @@ def test_warmup_with_ptx_too_new_for_the_driver(site, fake_driver_dir, tmp_path)
     assert proc.returncode == 14 and "no usable PTX variant" in proc.stdout, proc.stdout
 
 
-@pytest.mark.parametrize(("env", "needle"), [({"CUDA_CACHE_DISABLE": "1"}, "CUDA_CACHE_DISABLE is set"),
-                                              ({"CUDA_CACHE_PATH": "/proc/cuplug-ro"}, "not writable")])
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({"CUDA_CACHE_DISABLE": "1"}, "CUDA_CACHE_DISABLE is set"),
+        ({"CUDA_CACHE_PATH": "/proc/cuplug-ro"}, "not writable"),
+    ],
+)
 def test_warmup_names_a_cache_that_cannot_keep_anything(env, needle):
     from cuplug import warmup
 

@@ -25,29 +25,49 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import HERE, ROOT, clean_env, env_for, needs_wheels, run_cli, run_json, run_py
-DECIDE_LOAD = ("import json, cuplug; b = cuplug.load(); t = b.trace; r = b.run('sum', memoryview(bytearray(16))"
-               ".cast('f')); print(json.dumps({'variant': b.variant, 'code': t.decision_code, 'sum': r, "
-               "'attempts': [[f'{a.cuda}/{a.variant}', a.code, a.reason] for a in t.attempts], "
-               "'candidates': [[c.label, c.accepted, c.code, c.reason] for c in t.candidates]}))")
+
+DECIDE_LOAD = (
+    "import json, cuplug; b = cuplug.load(); t = b.trace; r = b.run('sum', memoryview(bytearray(16))"
+    ".cast('f')); print(json.dumps({'variant': b.variant, 'code': t.decision_code, 'sum': r, "
+    "'attempts': [[f'{a.cuda}/{a.variant}', a.code, a.reason] for a in t.attempts], "
+    "'candidates': [[c.label, c.accepted, c.code, c.reason] for c in t.candidates]}))"
+)
 FATBIN13 = Path("cuplug_cuda13") / "fatbin" / "libcuplug_vector.so"
 rel = pytest.mark.reliability
 
 
 # ---- helpers ----------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="session")
 def odd_backends(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """tests/fake_backends/odd_backend.c built three ways (see its header)."""
     out = tmp_path_factory.mktemp("odd")
     cc = os.environ.get("CC", "cc")
-    kinds = {"abi99": ["-DODD_ABI_VERSION=99"], "create-null": ["-DODD_CREATE_NULL"],
-             "missing-symbols": ["-DODD_MISSING_SYMBOLS"]}
+    kinds = {
+        "abi99": ["-DODD_ABI_VERSION=99"],
+        "create-null": ["-DODD_CREATE_NULL"],
+        "missing-symbols": ["-DODD_MISSING_SYMBOLS"],
+    }
     built = {}
     for kind, flags in kinds.items():
         built[kind] = out / f"{kind}.so"
-        subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-fvisibility=hidden", *flags,
-                        f"-I{ROOT / 'backends' / 'include'}", "-o", str(built[kind]),
-                        str(HERE / "fake_backends" / "odd_backend.c")], check=True)
+        subprocess.run(
+            [
+                cc,
+                "-shared",
+                "-fPIC",
+                "-O1",
+                "-Wall",
+                "-fvisibility=hidden",
+                *flags,
+                f"-I{ROOT / 'backends' / 'include'}",
+                "-o",
+                str(built[kind]),
+                str(HERE / "fake_backends" / "odd_backend.c"),
+            ],
+            check=True,
+        )
     return built
 
 
@@ -73,6 +93,7 @@ def plant(site: Path, rel_file: Path, data: bytes) -> None:
         for a in doc["artifacts"]:
             if a["file"] == name:
                 a["size"], a["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+
     edit_manifest(site / rel_file.parts[0], agree)
 
 
@@ -93,19 +114,28 @@ def assert_refused_then_required(site: Path, fake_driver_dir: Path, code: str) -
 
 # ---- driver and device --------------------------------------------------------------------------------
 
-@rel(case="two GPUs of different capability", how="fake driver with devices 9.0 and 7.5; CUPLUG_DEVICE=0 and =1",
-     expect="each device gets its own best artifact: cuda13/fatbin on 9.0, cuda13/sm75 on 7.5")
+
+@rel(
+    case="two GPUs of different capability",
+    how="fake driver with devices 9.0 and 7.5; CUPLUG_DEVICE=0 and =1",
+    expect="each device gets its own best artifact: cuda13/fatbin on 9.0, cuda13/sm75 on 7.5",
+)
 @needs_wheels
 def test_two_gpus_of_different_capability_choose_per_device(site, fake_driver_dir):
-    code = ("import json, cuplug; print(json.dumps([cuplug.decide(device=i).candidates[0].label for i in (0, 1)]))")
-    assert run_json(code, env_for(site, fake_driver_dir, FAKE_CUDA_DEVICES="9.0,7.5")) == ["cuda13/fatbin",
-                                                                                          "cuda13/sm75"]
+    code = "import json, cuplug; print(json.dumps([cuplug.decide(device=i).candidates[0].label for i in (0, 1)]))"
+    assert run_json(code, env_for(site, fake_driver_dir, FAKE_CUDA_DEVICES="9.0,7.5")) == [
+        "cuda13/fatbin",
+        "cuda13/sm75",
+    ]
     got = outcome(site, fake_driver_dir, FAKE_CUDA_DEVICES="9.0,7.5", CUPLUG_DEVICE="1")
     assert got["attempts"][0][0] == "cuda13/sm75"
 
 
-@rel(case="capability below 7.5", how="fake driver with one CC 7.0 device, both extras installed",
-     expect="capability-too-low for every artifact, CPU fallback, `cuplug probe` exit 12")
+@rel(
+    case="capability below 7.5",
+    how="fake driver with one CC 7.0 device, both extras installed",
+    expect="capability-too-low for every artifact, CPU fallback, `cuplug probe` exit 12",
+)
 @needs_wheels
 def test_capability_below_minimum(site, fake_driver_dir, tmp_path):
     got = outcome(site, fake_driver_dir, FAKE_CUDA_DEVICES="7.0")
@@ -115,8 +145,11 @@ def test_capability_below_minimum(site, fake_driver_dir, tmp_path):
     assert run_cli(["probe"], env, cwd=tmp_path).returncode == 12
 
 
-@rel(case="zero devices", how="fake driver whose device list is empty",
-     expect="no-device, CPU fallback, `cuplug probe` exit 11")
+@rel(
+    case="zero devices",
+    how="fake driver whose device list is empty",
+    expect="no-device, CPU fallback, `cuplug probe` exit 11",
+)
 @needs_wheels
 def test_zero_devices(site, fake_driver_dir, tmp_path):
     got = outcome(site, fake_driver_dir, FAKE_CUDA_DEVICES="")
@@ -124,30 +157,44 @@ def test_zero_devices(site, fake_driver_dir, tmp_path):
     assert run_cli(["probe"], env_for(site, fake_driver_dir, FAKE_CUDA_DEVICES=""), cwd=tmp_path).returncode == 11
 
 
-@rel(case="CUDA_VISIBLE_DEVICES names a UUID", how="fake driver with 9.0 and 8.6; the 8.6 card's UUID",
-     expect="the driver's renumbering is used as is: device 0 is the 8.6 card; cuda13/fatbin chosen for "
-            "its exact sm_86 SASS")
+@rel(
+    case="CUDA_VISIBLE_DEVICES names a UUID",
+    how="fake driver with 9.0 and 8.6; the 8.6 card's UUID",
+    expect="the driver's renumbering is used as is: device 0 is the 8.6 card; cuda13/fatbin chosen for "
+    "its exact sm_86 SASS",
+)
 @needs_wheels
 def test_visible_devices_uuid_selects_that_card(site, fake_driver_dir):
     uuid = "GPU-abababab-abab-abab-abab-abababab" + "ab01"
-    code = "import json, cuplug; d = cuplug.decide(); print(json.dumps([d.probe.devices[0].capability, d.candidates[0].label]))"
+    code = (
+        "import json, cuplug; d = cuplug.decide(); c = d.candidates[0]; "
+        "print(json.dumps([len(d.probe.devices), d.probe.devices[0].capability, c.label, c.reason]))"
+    )
     env = env_for(site, fake_driver_dir, FAKE_CUDA_DEVICES="9.0,8.6", CUDA_VISIBLE_DEVICES=uuid)
+    count, capability, label, reason = run_json(code, env)
+    assert (count, capability, label) == (1, [8, 6], "cuda13/fatbin") and "sm_86" in reason, reason
 
 
-
-@rel(case="JIT cache disabled or read-only", how="CUDA_CACHE_DISABLE=1, or CUDA_CACHE_PATH under /proc",
-     expect="the decision is unchanged; `cuplug warmup` reports that nothing can be cached")
+@rel(
+    case="JIT cache disabled or read-only",
+    how="CUDA_CACHE_DISABLE=1, or CUDA_CACHE_PATH under /proc",
+    expect="the decision is unchanged; `cuplug warmup` reports that nothing can be cached",
+)
 @needs_wheels
-@pytest.mark.parametrize("env", [{"CUDA_CACHE_DISABLE": "1"}, {"CUDA_CACHE_PATH": "/proc/cuplug-cache"}],
-                         ids=["disabled", "read-only"])
+@pytest.mark.parametrize(
+    "env", [{"CUDA_CACHE_DISABLE": "1"}, {"CUDA_CACHE_PATH": "/proc/cuplug-cache"}], ids=["disabled", "read-only"]
+)
 def test_jit_cache_that_keeps_nothing(site, fake_driver_dir, env):
     assert outcome(site, fake_driver_dir, **env)["candidates"] == outcome(site, fake_driver_dir)["candidates"]
     report = json.loads(run_cli(["warmup", "--json"], env_for(site, fake_driver_dir, **env)).stdout)
     assert report["cache_problem"] and "compiles the PTX again" in report["cache_problem"], report
 
 
-@rel(case="driver hangs", how="fake driver whose cuInit sleeps 60 s; `cuplug probe --timeout 2`",
-     expect="exit 10 after about 2 s, naming the step that did not finish and what to check")
+@rel(
+    case="driver hangs",
+    how="fake driver whose cuInit sleeps 60 s; `cuplug probe --timeout 2`",
+    expect="exit 10 after about 2 s, naming the step that did not finish and what to check",
+)
 def test_probe_never_hangs_on_a_stuck_driver(fake_driver_dir, tmp_path):
     env = clean_env(LD_LIBRARY_PATH=str(fake_driver_dir), FAKE_CUDA_INIT_SLEEP_MS="60000")
     t0 = time.monotonic()
@@ -157,6 +204,7 @@ def test_probe_never_hangs_on_a_stuck_driver(fake_driver_dir, tmp_path):
 
 
 # ---- hostile or broken artifacts ------------------------------------------------------------------------
+
 
 def _truncate(site, odd):
     so = site / FATBIN13
@@ -198,16 +246,27 @@ ARTIFACT_FAULTS = {
     "wrong-elf-class": (_elf32, "artifact-corrupt", "64-bit", "EI_CLASS set to 32-bit, manifest made to agree"),
     "file-missing": (_missing_file, "artifact-corrupt", "does not exist", "the manifest names a deleted file"),
     "abi-differs": (_abi99, "abi-mismatch", "ABI v99", "a library reporting ABI v99, manifest made to agree"),
-    "symbols-missing": (_missing_symbols, "load-failed", "lacks ABI symbols",
-                        "a library exporting only cuplug_backend_abi_version"),
-    "create-returns-null": (_create_null, "load-failed", "create refused on purpose",
-                            "a library whose create() returns NULL with a reason"),
+    "symbols-missing": (
+        _missing_symbols,
+        "load-failed",
+        "lacks ABI symbols",
+        "a library exporting only cuplug_backend_abi_version",
+    ),
+    "create-returns-null": (
+        _create_null,
+        "load-failed",
+        "create refused on purpose",
+        "a library whose create() returns NULL with a reason",
+    ),
 }
 
 
-@rel(case="hostile or broken artifact", how="the cuda13 fatbin replaced (see id); fake driver with CC 9.0",
-     expect="that artifact refused with its code and reason, the process alive, the next candidate tried, "
-            "the CPU answering; with CUPLUG_REQUIRE_CUDA=1 an error instead")
+@rel(
+    case="hostile or broken artifact",
+    how="the cuda13 fatbin replaced (see id); fake driver with CC 9.0",
+    expect="that artifact refused with its code and reason, the process alive, the next candidate tried, "
+    "the CPU answering; with CUPLUG_REQUIRE_CUDA=1 an error instead",
+)
 @needs_wheels
 @pytest.mark.parametrize("fault", list(ARTIFACT_FAULTS))
 def test_broken_artifact_is_refused_with_its_code(fault, site, fake_driver_dir, odd_backends, tmp_path):
@@ -223,9 +282,12 @@ def test_broken_artifact_is_refused_with_its_code(fault, site, fake_driver_dir, 
     assert_refused_then_required(broken, fake_driver_dir, code)
 
 
-@rel(case="manifest missing or of an unknown schema", how="cuplug_cuda13/manifest.json deleted, or its schema set to 99",
-     expect="the package shown as a rejected `manifest` candidate (artifact-corrupt), cuda12 still used; "
-            "with both packages broken the decision is artifact-corrupt, probe exit 15")
+@rel(
+    case="manifest missing or of an unknown schema",
+    how="cuplug_cuda13/manifest.json deleted, or its schema set to 99",
+    expect="the package shown as a rejected `manifest` candidate (artifact-corrupt), cuda12 still used; "
+    "with both packages broken the decision is artifact-corrupt, probe exit 15",
+)
 @needs_wheels
 @pytest.mark.parametrize("how", ["missing", "schema-99"])
 def test_unusable_manifest(how, site, fake_driver_dir, tmp_path):
@@ -247,8 +309,11 @@ def test_unusable_manifest(how, site, fake_driver_dir, tmp_path):
 
 # ---- path safety ----------------------------------------------------------------------------------------
 
+
 def _dotdot(site):
-    edit_manifest(site / "cuplug_cuda13", lambda d: d["artifacts"][0].update(file="../cuplug_cuda12/fatbin/libcuplug_vector.so"))
+    edit_manifest(
+        site / "cuplug_cuda13", lambda d: d["artifacts"][0].update(file="../cuplug_cuda12/fatbin/libcuplug_vector.so")
+    )
 
 
 def _absolute(site):
@@ -265,8 +330,11 @@ def _symlink_out(site):
     so.symlink_to(outside)
 
 
-@rel(case="manifest `file` pointing outside its package", how="`../` in the path, an absolute path, or a symlink out",
-     expect="artifact-corrupt before any open of that file; the next candidate tried")
+@rel(
+    case="manifest `file` pointing outside its package",
+    how="`../` in the path, an absolute path, or a symlink out",
+    expect="artifact-corrupt before any open of that file; the next candidate tried",
+)
 @needs_wheels
 @pytest.mark.parametrize("escape", [_dotdot, _absolute, _symlink_out], ids=["dotdot", "absolute", "symlink"])
 def test_manifest_cannot_point_outside_its_package(escape, site, fake_driver_dir, tmp_path):
@@ -274,22 +342,33 @@ def test_manifest_cannot_point_outside_its_package(escape, site, fake_driver_dir
     escape(broken)
     got = outcome(broken, fake_driver_dir)
     bad = [a for a in got["attempts"] if a[1] == "artifact-corrupt"]
-    assert len(bad) == 1 and bad[0][0].startswith("cuda13/") and ("inside the package" in bad[0][2]
-                                                                  or "outside" in bad[0][2]), got["attempts"]
+    assert (
+        len(bad) == 1
+        and bad[0][0].startswith("cuda13/")
+        and ("inside the package" in bad[0][2] or "outside" in bad[0][2])
+    ), got["attempts"]
     assert got["variant"] == "cpu" and len(got["attempts"]) > 2
 
 
-@rel(case="a libcuplug_vector.so planted in the working directory, LD_LIBRARY_PATH and beside the script",
-     how="the real cuda13 fatbin copied into one directory that is all three",
-     expect="never mapped into the process (checked in /proc/self/maps); the installed files are used")
+@rel(
+    case="a libcuplug_vector.so planted in the working directory, LD_LIBRARY_PATH and beside the script",
+    how="the real cuda13 fatbin copied into one directory that is all three",
+    expect="never mapped into the process (checked in /proc/self/maps); the installed files are used",
+)
 @needs_wheels
 def test_planted_library_everywhere_is_ignored(site, fake_driver_dir, tmp_path):
     plant_dir = tmp_path / "plant"
     plant_dir.mkdir()
     shutil.copy(site / FATBIN13, plant_dir / "libcuplug_vector.so")
     script = plant_dir / "app.py"
-    script.write_text(DECIDE_LOAD.replace("print(", "print(json.dumps(str(__import__('pathlib').Path("
-                                          "__file__).parent) in open('/proc/self/maps').read())); print(", 1))
+    script.write_text(
+        DECIDE_LOAD.replace(
+            "print(",
+            "print(json.dumps(str(__import__('pathlib').Path("
+            "__file__).parent) in open('/proc/self/maps').read())); print(",
+            1,
+        )
+    )
     env = env_for(site, fake_driver_dir)
     env["LD_LIBRARY_PATH"] = f"{plant_dir}:{fake_driver_dir}"
     proc = subprocess.run([sys.executable, str(script)], env=env, cwd=plant_dir, capture_output=True, text=True)
@@ -320,9 +399,12 @@ print(json.dumps([os.waitstatus_to_exitcode(status), b.run("sum", memoryview(byt
 """
 
 
-@rel(case="fork() after load", how="cuplug.load(), os.fork(), the child uses the parent's backend, then loads anew",
-     expect="CPU backend: works in the child; a CUDA backend: BackendError naming fork (no hang); "
-            "a fresh load in the child works; the parent is unaffected")
+@rel(
+    case="fork() after load",
+    how="cuplug.load(), os.fork(), the child uses the parent's backend, then loads anew",
+    expect="CPU backend: works in the child; a CUDA backend: BackendError naming fork (no hang); "
+    "a fresh load in the child works; the parent is unaffected",
+)
 @pytest.mark.parametrize("kind", ["cpu", "cuda-marked"])
 def test_fork_after_load(kind):
     # A CUDA backend is simulated by marking the CPU instance as one: the guard is in the Python layer.
@@ -351,11 +433,15 @@ print("interrupted", b.run("sum", array.array("f", [1.0, 2.0])), flush=True)
 """
 
 
-@rel(case="Ctrl-C during a long run", how="SIGINT sent while run('sum') loops over 2^25 elements",
-     expect="KeyboardInterrupt at the end of the current call; the same backend then gives right results")
+@rel(
+    case="Ctrl-C during a long run",
+    how="SIGINT sent while run('sum') loops over 2^25 elements",
+    expect="KeyboardInterrupt at the end of the current call; the same backend then gives right results",
+)
 def test_ctrl_c_leaves_the_backend_usable():
-    proc = subprocess.Popen([sys.executable, "-c", INTERRUPT], env=clean_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPT], env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "ready"
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
@@ -366,6 +452,7 @@ def test_ctrl_c_leaves_the_backend_usable():
 
 # ---- the C ABI, fuzzed --------------------------------------------------------------------------------
 
+
 def _abi():
     import cuplug.loading
 
@@ -373,16 +460,35 @@ def _abi():
     lib.cuplug_backend_create.restype = ctypes.c_void_p
     lib.cuplug_backend_create.argtypes = [ctypes.c_char_p]
     lib.cuplug_backend_destroy.argtypes = [ctypes.c_void_p]
-    lib.cuplug_backend_run.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
-                                       ctypes.c_float, ctypes.c_float, ctypes.c_void_p, ctypes.c_longlong]
+    lib.cuplug_backend_run.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_char_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_float,
+        ctypes.c_float,
+        ctypes.c_void_p,
+        ctypes.c_longlong,
+    ]
     lib.cuplug_backend_alloc.restype = ctypes.c_longlong
     lib.cuplug_backend_alloc.argtypes = [ctypes.c_void_p, ctypes.c_longlong]
     for name in ("upload", "download"):
-        getattr(lib, f"cuplug_backend_{name}").argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p,
-                                                           ctypes.c_longlong]
-    lib.cuplug_backend_run_resident.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_longlong,
-                                                ctypes.c_longlong, ctypes.c_longlong, ctypes.c_float,
-                                                ctypes.c_float, ctypes.c_longlong]
+        getattr(lib, f"cuplug_backend_{name}").argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_longlong,
+            ctypes.c_void_p,
+            ctypes.c_longlong,
+        ]
+    lib.cuplug_backend_run_resident.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_char_p,
+        ctypes.c_longlong,
+        ctypes.c_longlong,
+        ctypes.c_longlong,
+        ctypes.c_float,
+        ctypes.c_float,
+        ctypes.c_longlong,
+    ]
     lib.cuplug_backend_free.argtypes = [ctypes.c_void_p, ctypes.c_longlong]
     lib.cuplug_backend_last_error.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
     return lib
@@ -394,7 +500,7 @@ MAX_N = (2**63 - 1) // 8  # CUPLUG_MAX_ELEMENTS: beyond it the ABI refuses befor
 OPS = [b"add", b"scale_add", b"sum", b"", b"mul", None]
 # n: small, negative, or beyond MAX_N (never a huge-but-legal n with a small host array: that is
 # the caller's contract the C side cannot check)
-any_n = st.integers(-3, HOST_N) | st.integers(-2**63, -1) | st.integers(MAX_N + 1, 2**63 - 1)
+any_n = st.integers(-3, HOST_N) | st.integers(-(2**63), -1) | st.integers(MAX_N + 1, 2**63 - 1)
 slot = st.integers(0, 7)  # 0..5 pick a known id (slot 0: another instance's), 6..7 a made-up one
 call = st.one_of(
     st.tuples(st.just("run"), st.sampled_from(OPS), st.booleans(), st.booleans(), any_n),
@@ -406,9 +512,12 @@ call = st.one_of(
 )
 
 
-@rel(case="bad input to the C ABI, fuzzed", how="hypothesis: 300 random call sequences on the CPU backend "
-     "(unknown ops, n <= 0 or beyond 2^60, NULL pointers, ids freed, of another instance or made up, NULL handle)",
-     expect="every call returns a documented status and, on error, a message; no crash; valid calls stay correct")
+@rel(
+    case="bad input to the C ABI, fuzzed",
+    how="hypothesis: 300 random call sequences on the CPU backend "
+    "(unknown ops, n <= 0 or beyond 2^60, NULL pointers, ids freed, of another instance or made up, NULL handle)",
+    expect="every call returns a documented status and, on error, a message; no crash; valid calls stay correct",
+)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(call, min_size=1, max_size=25))
 def test_c_abi_fuzz(calls):
@@ -427,8 +536,9 @@ def test_c_abi_fuzz(calls):
             kind = c[0]
             if kind == "run":
                 _, op, x_ok, out_ok, n = c
-                rc = lib.cuplug_backend_run(h, op, host if x_ok else None, host if x_ok else None, 2.0, 1.0,
-                                            out if out_ok else None, n)
+                rc = lib.cuplug_backend_run(
+                    h, op, host if x_ok else None, host if x_ok else None, 2.0, 1.0, out if out_ok else None, n
+                )
                 valid = op in (b"add", b"scale_add", b"sum") and x_ok and out_ok and 0 < n <= MAX_N
                 assert rc in CODES and (rc == 0) == valid, (c, rc)
                 if rc == 0 and op == b"add":
@@ -451,11 +561,13 @@ def test_c_abi_fuzz(calls):
                 rc = lib.cuplug_backend_free(h, pick(c[1]))
                 assert rc in CODES and (rc < 0 if c[1] == 0 or c[1] >= 6 else True), (c, rc)
             else:
-                rc = {"run": lambda: lib.cuplug_backend_run(None, b"add", host, host, 1.0, 0.0, out, 4),
-                      "alloc": lambda: lib.cuplug_backend_alloc(None, 4),
-                      "free": lambda: lib.cuplug_backend_free(None, 1),
-                      "sync": lambda: lib.cuplug_backend_sync(None),
-                      "ping": lambda: lib.cuplug_backend_ping(None, err, len(err))}[c[1]]()
+                rc = {
+                    "run": lambda: lib.cuplug_backend_run(None, b"add", host, host, 1.0, 0.0, out, 4),
+                    "alloc": lambda: lib.cuplug_backend_alloc(None, 4),
+                    "free": lambda: lib.cuplug_backend_free(None, 1),
+                    "sync": lambda: lib.cuplug_backend_sync(None),
+                    "ping": lambda: lib.cuplug_backend_ping(None, err, len(err)),
+                }[c[1]]()
                 assert rc == -1, (c, rc)
                 continue
             if rc < 0:

@@ -10,8 +10,20 @@ from cuplug import reasons
 from cuplug.manifest import Artifact
 from cuplug.select import rank
 
-BASE = Artifact(backend="vector", variant="sm80", file="sm80/libcuplug_vector.so", sha256="0" * 64, size=1000,
-                sass=("sm_80",), ptx=(), ptx_isa=None, cuda_version="12.4", min_driver=12000, abi=1, cuda="cuda12")
+BASE = Artifact(
+    backend="vector",
+    variant="sm80",
+    file="sm80/libcuplug_vector.so",
+    sha256="0" * 64,
+    size=1000,
+    sass=("sm_80",),
+    ptx=(),
+    ptx_isa=None,
+    cuda_version="12.4",
+    min_driver=12000,
+    abi=1,
+    cuda="cuda12",
+)
 
 
 def make_variant(**overrides) -> Artifact:
@@ -22,10 +34,26 @@ def matrix(cuda="cuda12", version="12.4", isa="8.4", min_driver=12000, newest="9
     return [
         make_variant(variant="sm75", sass=("sm_75",), cuda=cuda, cuda_version=version, min_driver=min_driver),
         make_variant(variant="sm80", sass=("sm_80",), cuda=cuda, cuda_version=version, min_driver=min_driver),
-        make_variant(variant="ptx", sass=(), ptx=("compute_75",), ptx_isa=isa, cuda=cuda, cuda_version=version,
-                     min_driver=min_driver, size=900),
-        make_variant(variant="fatbin", sass=("sm_75", "sm_80", "sm_86", "sm_89", "sm_90"), ptx=(f"compute_{newest}",),
-                     ptx_isa=isa, cuda=cuda, cuda_version=version, min_driver=min_driver, size=5000),
+        make_variant(
+            variant="ptx",
+            sass=(),
+            ptx=("compute_75",),
+            ptx_isa=isa,
+            cuda=cuda,
+            cuda_version=version,
+            min_driver=min_driver,
+            size=900,
+        ),
+        make_variant(
+            variant="fatbin",
+            sass=("sm_75", "sm_80", "sm_86", "sm_89", "sm_90"),
+            ptx=(f"compute_{newest}",),
+            ptx_isa=isa,
+            cuda=cuda,
+            cuda_version=version,
+            min_driver=min_driver,
+            size=5000,
+        ),
     ]
 
 

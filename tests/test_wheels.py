@@ -34,8 +34,9 @@ def test_every_wheel_passes_the_gate():
     assert {w.name.split("-")[0] for w in wheels} == {"cuplug", "cuplug_cuda12", "cuplug_cuda13"}
     for w in wheels:
         assert "-py3-none-" in w.name and "manylinux_2_17_x86_64" in w.name, w.name
-    proc = subprocess.run([sys.executable, "-m", "cuplug.build", "check", *map(str, wheels)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cuplug.build", "check", *map(str, wheels)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     assert sorted(Path(WHEELS).glob("cuplug-*.tar.gz")), "the sdist is missing"
 
@@ -46,7 +47,8 @@ def test_backend_wheels_hold_all_variants_within_5_mb():
         assert w.stat().st_size <= 5 * 2**20, (w.name, w.stat().st_size)
         names = zipfile.ZipFile(w).namelist()
         assert sorted(n for n in names if n.endswith(".so")) == [
-            f"cuplug_{major}/{v}/libcuplug_vector.so" for v in ("fatbin", "ptx", "sm75", "sm80")]
+            f"cuplug_{major}/{v}/libcuplug_vector.so" for v in ("fatbin", "ptx", "sm75", "sm80")
+        ]
         meta = zipfile.ZipFile(w).read(f"cuplug_{major}-0.1.0.dist-info/METADATA").decode()
         assert "Requires-Dist: cuplug==0.1.0" in meta
 
@@ -67,8 +69,18 @@ def _doctored(src: Path, dest: Path, add: dict[str, bytes] | None = None, flip: 
 def rpath_lib(tmp_path_factory) -> bytes:
     d = tmp_path_factory.mktemp("rpath")
     (d / "x.c").write_text("int x(void) { return 1; }\n")
-    subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-o", str(d / "libx.so"), str(d / "x.c"),
-                    "-Wl,-rpath,/usr/local/cuda/lib64"], check=True)
+    subprocess.run(
+        [
+            os.environ.get("CC", "cc"),
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(d / "libx.so"),
+            str(d / "x.c"),
+            "-Wl,-rpath,/usr/local/cuda/lib64",
+        ],
+        check=True,
+    )
     return (d / "libx.so").read_bytes()
 
 
@@ -81,13 +93,20 @@ def test_gate_refuses_a_bad_wheel(case, tmp_path, rpath_lib):
     if case == "linux-tag":
         name = name.split("-py3-")[0] + "-py3-none-linux_x86_64.whl"
     dest = tmp_path / name
-    add = {"libcuda": {"cuplug_cuda13/libcuda.so.1": b"\x7fELF"},
-           "libcudart": {"cuplug_cuda13/lib/libcudart.so.13": b"\x7fELF"},
-           "rpath": {"cuplug_cuda13/extra/libx.so": rpath_lib}}.get(case)
+    add = {
+        "libcuda": {"cuplug_cuda13/libcuda.so.1": b"\x7fELF"},
+        "libcudart": {"cuplug_cuda13/lib/libcudart.so.13": b"\x7fELF"},
+        "rpath": {"cuplug_cuda13/extra/libx.so": rpath_lib},
+    }.get(case)
     flip = "cuplug_cuda13/sm80/libcuplug_vector.so" if case == "flipped" else None
     problems = check_wheel(_doctored(src, dest, add, flip))
-    expected = {"libcuda": "never bundled", "libcudart": "never bundled", "rpath": "points outside the package",
-                "flipped": "size/sha256 differ", "linux-tag": "not a manylinux tag"}[case]
+    expected = {
+        "libcuda": "never bundled",
+        "libcudart": "never bundled",
+        "rpath": "points outside the package",
+        "flipped": "size/sha256 differ",
+        "linux-tag": "not a manylinux tag",
+    }[case]
     assert any(expected in p for p in problems), problems
 
 
@@ -98,13 +117,18 @@ def _venv(where: Path) -> Path:
 
 def _pip_install(bindir: Path, *what: str, links: list[str] | None = None) -> subprocess.CompletedProcess[str]:
     find = [a for d in (links or [WHEELS, DEPS]) if d for a in ("--find-links", d)]
-    return subprocess.run([str(bindir / "python"), "-m", "pip", "install", "-q", "--no-index", *find, *what],
-                          capture_output=True, text=True, env=clean_env())
+    return subprocess.run(
+        [str(bindir / "python"), "-m", "pip", "install", "-q", "--no-index", *find, *what],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+    )
 
 
 def _cuplug(bindir: Path, *args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(bindir / "cuplug"), *args], capture_output=True, text=True, cwd=cwd,
-                          env=env or clean_env(), timeout=120)
+    return subprocess.run(
+        [str(bindir / "cuplug"), *args], capture_output=True, text=True, cwd=cwd, env=env or clean_env(), timeout=120
+    )
 
 
 def _doctor(bindir: Path, cwd: Path, env: dict[str, str] | None = None) -> dict:
@@ -147,6 +171,7 @@ def test_backend_wheel_without_the_loader_fails_clearly(tmp_path):
     proc = _pip_install(bindir, "cuplug-cuda12", links=[str(only)])
     assert proc.returncode != 0 and "cuplug==0.1.0" in proc.stderr, proc.stderr
     assert _pip_install(bindir, "--no-deps", "cuplug-cuda12", links=[str(only)]).returncode == 0
-    imp = subprocess.run([str(bindir / "python"), "-c", "import cuplug_cuda12"], capture_output=True, text=True,
-                         cwd=tmp_path)
+    imp = subprocess.run(
+        [str(bindir / "python"), "-c", "import cuplug_cuda12"], capture_output=True, text=True, cwd=tmp_path
+    )
     assert imp.returncode == 1 and "install cuplug" in imp.stderr and "cuplug.load()" in imp.stderr, imp.stderr

@@ -26,9 +26,22 @@ from .loading import Trace, decide, load
 
 __version__ = "0.1.0"
 __all__ = [
-    "ArtifactError", "Backend", "BackendClosedError", "BackendError", "BackendNotAvailable", "Buffer",
-    "ConfigError", "CuplugError", "InvalidInputError", "OutOfMemoryError", "Trace", "UnknownOpError",
-    "__version__", "explain", "load", "probe",
+    "ArtifactError",
+    "Backend",
+    "BackendClosedError",
+    "BackendError",
+    "BackendNotAvailable",
+    "Buffer",
+    "ConfigError",
+    "CuplugError",
+    "InvalidInputError",
+    "OutOfMemoryError",
+    "Trace",
+    "UnknownOpError",
+    "__version__",
+    "explain",
+    "load",
+    "probe",
 ]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 from pathlib import Path
+from typing import Any
 
 from . import reasons
 from .errors import ArtifactError
@@ -38,8 +39,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "cuplug_backend_alloc": (_LL, [_P, _LL]),
     "cuplug_backend_upload": (ctypes.c_int, [_P, _LL, _P, _LL]),
     "cuplug_backend_download": (ctypes.c_int, [_P, _LL, _P, _LL]),
-    "cuplug_backend_run_resident": (
-        ctypes.c_int, [_P, _S, _LL, _LL, _LL, ctypes.c_float, ctypes.c_float, _LL]),
+    "cuplug_backend_run_resident": (ctypes.c_int, [_P, _S, _LL, _LL, _LL, ctypes.c_float, ctypes.c_float, _LL]),
     "cuplug_backend_sync": (ctypes.c_int, [_P]),
     "cuplug_backend_free": (ctypes.c_int, [_P, _LL]),
     "cuplug_backend_last_error": (ctypes.c_int, [_P, _S, ctypes.c_int]),
@@ -60,6 +60,17 @@ def _read_text(fn: object, *args: object) -> str:
 class BackendLibrary:
     """One dlopened backend file with typed entry points."""
 
+    # Bound from _SIGNATURES in __init__ (ctypes functions: status codes and ids in, ints out).
+    abi_version: Any
+    run: Any
+    alloc: Any
+    upload: Any
+    download: Any
+    run_resident: Any
+    sync: Any
+    free: Any
+    destroy: Any
+
     def __init__(self, path: Path) -> None:
         if not path.is_absolute():
             raise ArtifactError(f"refusing to load {path}: not an absolute path", reasons.LOAD_FAILED)
@@ -78,7 +89,7 @@ class BackendLibrary:
             short = name.removeprefix("cuplug_backend_")
             if not hasattr(type(self), short):  # create/ping/last_error are wrapped below
                 setattr(self, short, fn)
-        version = self.abi_version()  # type: ignore[attr-defined]
+        version = self.abi_version()
         if version != ABI_VERSION:
             raise ArtifactError(
                 f"{path.name} implements backend ABI v{version}, this cuplug needs v{ABI_VERSION}",

@@ -37,6 +37,8 @@ def _ops_of(info: dict[str, Any]) -> dict[str, tuple[int, bool]]:
     if not isinstance(declared, dict):
         return dict(VECTOR_OPS)
     return {name: (int(spec.get("inputs", 1)), spec.get("out") == "1") for name, spec in declared.items()}
+
+
 _FLOAT_FORMATS = {"f", "<f", "=f", "@f"}
 
 # A CUDA context does not survive fork(): in the child, every CUDA backend of the
@@ -95,8 +97,9 @@ def _new_like(template: Any, n: int) -> Any:
 class Backend:
     """A live backend instance. Thread-safe; use as a context manager or call ``close()``."""
 
-    def __init__(self, library: abi.BackendLibrary, handle: int, info: dict[str, Any],
-                 cuda: str | None = None, trace: Any = None) -> None:
+    def __init__(
+        self, library: abi.BackendLibrary, handle: int, info: dict[str, Any], cuda: str | None = None, trace: Any = None
+    ) -> None:
         self._lib = library
         self._handle: int | None = handle
         self._lock = threading.Lock()
@@ -140,9 +143,12 @@ class Backend:
         if self._handle is None:
             raise BackendClosedError("this backend is closed; call cuplug.load() for a new one")
         if self._forked_from is not None:
-            raise BackendError(f"this {self.cuda} backend was created in process {self._forked_from}; a CUDA "
-                               "context does not survive fork(): load in the child after the fork, or start "
-                               "workers with the 'spawn' method", abi.E_DEVICE)
+            raise BackendError(
+                f"this {self.cuda} backend was created in process {self._forked_from}; a CUDA "
+                "context does not survive fork(): load in the child after the fork, or start "
+                "workers with the 'spawn' method",
+                abi.E_DEVICE,
+            )
         return self._handle
 
     def _check(self, rc: int, what: str) -> None:
@@ -166,7 +172,7 @@ class Backend:
             rc, text = self._lib.ping(self._live_handle())
             if rc < 0:
                 raise BackendError(f"ping: {text}", rc)
-        info = json.loads(text)
+        info: dict[str, Any] = json.loads(text)
         for key in ("sass", "ptx"):
             if isinstance(info.get(key), str):
                 info[key] = [t for t in info[key].split(",") if t]
@@ -180,8 +186,9 @@ class Backend:
         ``Buffer`` operands run resident and give a ``Buffer`` (a float for ``sum``).
         """
         if op not in self.ops:
-            raise UnknownOpError(f"unknown op {op!r}; this {self._info.get('backend', '')} backend has "
-                                 f"{', '.join(self.ops)}")
+            raise UnknownOpError(
+                f"unknown op {op!r}; this {self._info.get('backend', '')} backend has {', '.join(self.ops)}"
+            )
         count, scalar = self.ops[op]
         if len(operands) != count:
             raise InvalidInputError(f"{op} takes {count} array operand(s), got {len(operands)}")
@@ -200,8 +207,9 @@ class Backend:
                     raise InvalidInputError(f"{op}: out has {dst.n} elements, inputs have {n}")
                 y = inputs[1].ptr if len(inputs) > 1 else None
                 with self._lock:
-                    rc = self._lib.run(self._live_handle(), op.encode(), inputs[0].ptr, y,
-                                       float(alpha), float(beta), dst.ptr, n)
+                    rc = self._lib.run(
+                        self._live_handle(), op.encode(), inputs[0].ptr, y, float(alpha), float(beta), dst.ptr, n
+                    )
                     self._check(rc, op)
             finally:
                 dst.release()
@@ -210,8 +218,9 @@ class Backend:
                 operand.release()
         return float(result[0]) if scalar else result
 
-    def _run_resident(self, op: str, operands: tuple[Any, ...], out: Any, alpha: float, beta: float,
-                      scalar: bool) -> Any:
+    def _run_resident(
+        self, op: str, operands: tuple[Any, ...], out: Any, alpha: float, beta: float, scalar: bool
+    ) -> Any:
         if not all(isinstance(o, Buffer) and o.backend is self for o in operands):
             raise InvalidInputError(f"{op}: mix of host arrays and buffers, or buffers of another backend")
         n = operands[0].n
@@ -221,8 +230,9 @@ class Backend:
         target._template = target._template if out is not None else operands[0]._template
         in2 = operands[1].id if len(operands) > 1 else 0
         with self._lock:
-            rc = self._lib.run_resident(self._live_handle(), op.encode(), operands[0].id, in2, target.id,
-                                        float(alpha), float(beta), n)
+            rc = self._lib.run_resident(
+                self._live_handle(), op.encode(), operands[0].id, in2, target.id, float(alpha), float(beta), n
+            )
             self._check(rc, op)
         if scalar:
             value = target.to_host()[0]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import array
-import textwrap
 import json
 import os
 import sys
+import textwrap
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from . import __version__, reasons
@@ -48,8 +49,11 @@ class _Steps:
         t.start()
         t.join(self.timeout)
         if t.is_alive():
-            print(f"cuplug: step '{self.step}' did not finish within {self.timeout:.0f} s; "
-                  "the driver or GPU is not answering (check nvidia-smi, dmesg)", file=sys.stderr)
+            print(
+                f"cuplug: step '{self.step}' did not finish within {self.timeout:.0f} s; "
+                "the driver or GPU is not answering (check nvidia-smi, dmesg)",
+                file=sys.stderr,
+            )
             sys.stderr.flush()
             os._exit(reasons.EXIT_CODES[reasons.DRIVER_INIT_FAILED])
         return result[0] if result else 1
@@ -64,8 +68,13 @@ def _probe_body(args: argparse.Namespace) -> Any:
         steps.step = "load"
         backend = loading.load()
         trace = backend.trace
-        out.update(variant=backend.variant, cuda=backend.cuda, code=trace.decision_code,
-                   reason=trace.decision_reason, attempts=[a.__dict__ for a in trace.attempts])
+        out.update(
+            variant=backend.variant,
+            cuda=backend.cuda,
+            code=trace.decision_code,
+            reason=trace.decision_reason,
+            attempts=[a.__dict__ for a in trace.attempts],
+        )
         try:
             steps.step = "info"
             info = backend.info()
@@ -98,8 +107,10 @@ def _probe_body(args: argparse.Namespace) -> Any:
         else:
             where = f"{backend.cuda}/{backend.variant}" if backend.cuda else "cpu"
             verdict = "ok" if out["ok"] else f"FAILED ({out.get('error')})"
-            print(f"cuplug probe: {where} on {out.get('device')}: vector add of {n} elements {verdict} "
-                  f"in {out.get('add_ms', '?')} ms (total {out['total_ms']} ms)")
+            print(
+                f"cuplug probe: {where} on {out.get('device')}: vector add of {n} elements {verdict} "
+                f"in {out.get('add_ms', '?')} ms (total {out['total_ms']} ms)"
+            )
             if backend.variant == "cpu":
                 print(f"cuplug probe: CPU fallback, reason {trace.decision_code}: {trace.decision_reason}")
             print(f"cuplug probe: exit {code}")
@@ -119,16 +130,43 @@ def doctor_json(trace: Any, load: bool) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "schema": DOCTOR_SCHEMA,
         "cuplug_version": __version__,
-        "driver": {"found": bool(p and p.driver_found), "path": p.driver_path if p else None,
-                   "version": p.driver_version if p else None},
-        "devices": [{"index": d.index, "name": d.name, "capability": d.capability_str,
-                     "memory_bytes": d.memory_bytes, "uuid": d.uuid} for d in (p.devices if p else ())],
-        "packages": [{"cuda": pk.cuda, "path": str(pk.directory), "artifacts": len(pk.artifacts), "error": pk.error}
-                     for pk in trace.packages],
-        "candidates": [{"backend": trace.backend, "variant": c.variant, "cuda": c.cuda, "accepted": c.accepted,
-                        "code": c.code, "reason": c.reason} for c in trace.candidates],
-        "decision": {"backend": trace.backend, "variant": trace.decision.variant, "cuda": trace.decision.cuda,
-                     "code": trace.decision_code, "reason": trace.decision_reason},
+        "driver": {
+            "found": bool(p and p.driver_found),
+            "path": p.driver_path if p else None,
+            "version": p.driver_version if p else None,
+        },
+        "devices": [
+            {
+                "index": d.index,
+                "name": d.name,
+                "capability": d.capability_str,
+                "memory_bytes": d.memory_bytes,
+                "uuid": d.uuid,
+            }
+            for d in (p.devices if p else ())
+        ],
+        "packages": [
+            {"cuda": pk.cuda, "path": str(pk.directory), "artifacts": len(pk.artifacts), "error": pk.error}
+            for pk in trace.packages
+        ],
+        "candidates": [
+            {
+                "backend": trace.backend,
+                "variant": c.variant,
+                "cuda": c.cuda,
+                "accepted": c.accepted,
+                "code": c.code,
+                "reason": c.reason,
+            }
+            for c in trace.candidates
+        ],
+        "decision": {
+            "backend": trace.backend,
+            "variant": trace.decision.variant,
+            "cuda": trace.decision.cuda,
+            "code": trace.decision_code,
+            "reason": trace.decision_reason,
+        },
         "env": trace.env,
     }
     if load:
@@ -137,21 +175,38 @@ def doctor_json(trace: Any, load: bool) -> dict[str, Any]:
             with loading.load(trace.backend) as backend:
                 loaded.update(variant=backend.variant, ok=True, info=backend.info())
                 t = backend.trace
-                doc["decision"].update(variant=t.decision.variant, cuda=t.decision.cuda,
-                                       code=t.decision_code, reason=t.decision_reason)
+                doc["decision"].update(
+                    variant=t.decision.variant, cuda=t.decision.cuda, code=t.decision_code, reason=t.decision_reason
+                )
         except CuplugError as exc:
             loaded["error"] = str(exc)
             t = getattr(exc, "trace", None)
-        loaded["attempts"] = [{"variant": a.variant, "cuda": a.cuda, "code": a.code, "reason": a.reason}
-                              for a in (t.attempts if t else [])]
+        loaded["attempts"] = [
+            {"variant": a.variant, "cuda": a.cuda, "code": a.code, "reason": a.reason}
+            for a in (t.attempts if t else [])
+        ]
         doc["loaded"] = loaded
     return doc
+
+
+def cmd_new_backend(args: argparse.Namespace) -> int:
+    from .build import scaffold
+
+    dest = Path(args.dir or (args.package or args.name)).resolve()
+    try:
+        files = scaffold.create(args.name, dest, args.package)
+    except scaffold.ScaffoldError as exc:
+        print(f"cuplug new-backend: {exc}", file=sys.stderr)
+        return 2
+    print(f"cuplug new-backend: wrote {len(files)} files into {dest}")
+    print(f"  next: cd {dest} && nox -s wheels tests   (builds the CUDA 12/13 variants, the wheels, runs the tests)")
+    return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from . import loading
 
-    trace = loading.decide()
+    trace = loading.decide(args.backend)
     if args.json:
         print(json.dumps(doctor_json(trace, not args.no_load), indent=2))
         return 0
@@ -159,14 +214,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(trace.text())
         return 0
     try:
-        with loading.load() as backend:
+        with loading.load(args.backend) as backend:
             print(backend.trace.text())
             info = backend.info()
             dev = info.get("device", {})
             mem = dev.get("memory_total")
-            print(f"[backend-cuda] loaded              : {backend.trace.decision.label} on {dev.get('name')}"
-                  + (f", {dev.get('memory_free', 0) / 2**30:.1f}/{mem / 2**30:.1f} GiB free" if mem else "")
-                  + (f", {dev['temperature_c']} C" if dev.get("temperature_c") is not None else ""))
+            print(
+                f"[backend-cuda] loaded              : {backend.trace.decision.label} on {dev.get('name')}"
+                + (f", {dev.get('memory_free', 0) / 2**30:.1f}/{mem / 2**30:.1f} GiB free" if mem else "")
+                + (f", {dev['temperature_c']} C" if dev.get("temperature_c") is not None else "")
+            )
     except CuplugError as exc:
         print(trace.text())
         print(f"[backend-cuda] load failed         : {exc}")
@@ -232,40 +289,91 @@ def _wrapped(text: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cuplug", description=_wrapped("Find, check and explain cuplug's backends."))
     parser.add_argument("--version", action="version", version=f"cuplug {__version__}")
-    parser.add_argument("--cmake-dir", action=_CMakeDir, nargs=0,
-                        help="print the directory for -Dcuplug_DIR= (find_package(cuplug)) and exit")
+    parser.add_argument(
+        "--cmake-dir",
+        action=_CMakeDir,
+        nargs=0,
+        help="print the directory for -Dcuplug_DIR= (find_package(cuplug)) and exit",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("probe", help="load the best backend, run a vector add, check it, exit with a step code",
-                       description=_wrapped("Load through the normal path, initialize, run a vector add of 2^20+3 "
-                                   "elements, verify it on the host and exit with the code of the first "
-                                   "failing step."), epilog=PROBE_EXIT_HELP,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "probe",
+        help="load the best backend, run a vector add, check it, exit with a step code",
+        description=_wrapped(
+            "Load through the normal path, initialize, run a vector add of 2^20+3 "
+            "elements, verify it on the host and exit with the code of the first "
+            "failing step."
+        ),
+        epilog=PROBE_EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--allow-cpu", action="store_true", help="a correct CPU fallback exits 0")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds before a hung step is reported (120)")
     p.set_defaults(func=cmd_probe)
-    d = sub.add_parser("doctor", help="the diagnostic table: driver, devices, candidates, decision",
-                       description=_wrapped("Print driver and runtime versions, devices, every installed artifact "
-                                   "accepted or rejected and why, the environment variables that matter, "
-                                   "the decision, and (unless --no-load) the load result."))
+    d = sub.add_parser(
+        "doctor",
+        help="the diagnostic table: driver, devices, candidates, decision",
+        description=_wrapped(
+            "Print driver and runtime versions, devices, every installed artifact "
+            "accepted or rejected and why, the environment variables that matter, "
+            "the decision, and (unless --no-load) the load result."
+        ),
+    )
     d.add_argument("--json", action="store_true", help=f"one JSON object, schema {DOCTOR_SCHEMA}")
     d.add_argument("--no-load", action="store_true", help="decide only; dlopen nothing")
+    d.add_argument(
+        "--backend",
+        default="vector",
+        metavar="NAME",
+        help="the backend to diagnose (default: vector, cuplug's own; or any installed one)",
+    )
     d.set_defaults(func=cmd_doctor)
-    i = sub.add_parser("inspect", help="read the SASS/PTX inside artifacts and check them against the manifest",
-                       description=_wrapped("Read the SASS and PTX targets and the PTX ISA from the ELF .nv_fatbin "
-                                   "section of each artifact (cuplug's own reader, no dlopen) and compare "
-                                   "them, the size and the sha256 with the manifest."),
-                       epilog=INSPECT_EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    i.add_argument("target", nargs="?", help="a backend .so, a backend wheel, a directory with manifest.json, or "
-                                             "an installed package (cuda13, cuplug_cuda13); default: all installed")
+    nb = sub.add_parser(
+        "new-backend",
+        help="create a project for a backend of your own, ready to build",
+        description=_wrapped(
+            "Copy cuplug's example project (a prefix sum: CUDA .cu and CPU .c "
+            "behind one op table, CMake, pyproject, noxfile, tests) under a new "
+            "name. It builds its CUDA 12/13 variants and wheels and passes its "
+            "tests as it is; then replace the op with yours."
+        ),
+    )
+    nb.add_argument("name", help="backend name (cuplug.load(NAME)); lowercase letters, digits, _")
+    nb.add_argument("--package", help="Python package name (default: NAME)")
+    nb.add_argument("--dir", help="where to write it (default: ./PACKAGE); must not exist or be empty")
+    nb.set_defaults(func=cmd_new_backend)
+    i = sub.add_parser(
+        "inspect",
+        help="read the SASS/PTX inside artifacts and check them against the manifest",
+        description=_wrapped(
+            "Read the SASS and PTX targets and the PTX ISA from the ELF .nv_fatbin "
+            "section of each artifact (cuplug's own reader, no dlopen) and compare "
+            "them, the size and the sha256 with the manifest."
+        ),
+        epilog=INSPECT_EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    i.add_argument(
+        "target",
+        nargs="?",
+        help="a backend .so, a backend wheel, a directory with manifest.json, or "
+        "an installed package (cuda13, cuplug_cuda13); default: all installed",
+    )
     i.add_argument("--json", action="store_true", help="print one JSON object")
     i.set_defaults(func=cmd_inspect)
-    w = sub.add_parser("warmup", help="JIT the PTX variant for this GPU into the CUDA compute cache",
-                       description=_wrapped("Load each usable ptx variant (CUPLUG_BACKEND=<cuda>:ptx), run every op "
-                                   "once so the driver JIT-compiles it for the present GPU into its compute "
-                                   "cache ($CUDA_CACHE_PATH, default ~/.nv/ComputeCache), and report the "
-                                   "first and second launch times and what the cache gained."),
-                       epilog=WARMUP_EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    w = sub.add_parser(
+        "warmup",
+        help="JIT the PTX variant for this GPU into the CUDA compute cache",
+        description=_wrapped(
+            "Load each usable ptx variant (CUPLUG_BACKEND=<cuda>:ptx), run every op "
+            "once so the driver JIT-compiles it for the present GPU into its compute "
+            "cache ($CUDA_CACHE_PATH, default ~/.nv/ComputeCache), and report the "
+            "first and second launch times and what the cache gained."
+        ),
+        epilog=WARMUP_EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     w.add_argument("--json", action="store_true", help="print one JSON object")
     w.set_defaults(func=cmd_warmup)
     return parser

@@ -63,8 +63,13 @@ class ProbeResult:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ProbeResult:
         devices = tuple(
-            Device(x["index"], x["name"], tuple(int(p) for p in x["capability"].split(".")),  # type: ignore[arg-type]
-                   x["memory_bytes"], x["uuid"])
+            Device(
+                x["index"],
+                x["name"],
+                tuple(int(p) for p in x["capability"].split(".")),  # type: ignore[arg-type]
+                x["memory_bytes"],
+                x["uuid"],
+            )
             for x in d.get("devices", ())
         )
         return cls(**{**d, "devices": devices})
@@ -107,17 +112,27 @@ def probe() -> ProbeResult:
     path = _loaded_path(lib)
     version = ctypes.c_int(0)
     have_version = lib.cuDriverGetVersion(ctypes.byref(version)) == 0
-    base = dict(driver_found=True, driver_path=path, visible_devices=visible,
-                driver_version=version.value if have_version else None)
+    found = ProbeResult(
+        reasons.OK,
+        "",
+        driver_found=True,
+        driver_path=path,
+        visible_devices=visible,
+        driver_version=version.value if have_version else None,
+    )
+
+    def failed(code: str, reason: str) -> ProbeResult:
+        return dataclasses.replace(found, code=code, reason=reason)
+
     rc = lib.cuInit(0)
     if rc == CUDA_ERROR_NO_DEVICE:
-        return ProbeResult(reasons.NO_DEVICE, f"cuInit: {_error_name(lib, rc)}: no CUDA device visible", **base)
+        return failed(reasons.NO_DEVICE, f"cuInit: {_error_name(lib, rc)}: no CUDA device visible")
     if rc != 0:
-        return ProbeResult(reasons.DRIVER_INIT_FAILED, f"cuInit failed: {_error_name(lib, rc)} ({rc})", **base)
+        return failed(reasons.DRIVER_INIT_FAILED, f"cuInit failed: {_error_name(lib, rc)} ({rc})")
     count = ctypes.c_int(0)
     rc = lib.cuDeviceGetCount(ctypes.byref(count))
     if rc != 0:
-        return ProbeResult(reasons.DRIVER_INIT_FAILED, f"cuDeviceGetCount: {_error_name(lib, rc)}", **base)
+        return failed(reasons.DRIVER_INIT_FAILED, f"cuDeviceGetCount: {_error_name(lib, rc)}")
     devices = []
     for index in range(count.value):
         dev = ctypes.c_int(0)
@@ -132,21 +147,34 @@ def probe() -> ProbeResult:
         lib.cuDeviceTotalMem_v2(ctypes.byref(mem), dev)
         get_uuid = getattr(lib, "cuDeviceGetUuid_v2", None) or lib.cuDeviceGetUuid
         get_uuid(uuid, dev)
-        devices.append(Device(index, name.value.decode(errors="replace"), (major.value, minor.value),
-                              mem.value, _format_uuid(uuid.raw)))
+        devices.append(
+            Device(
+                index,
+                name.value.decode(errors="replace"),
+                (major.value, minor.value),
+                mem.value,
+                _format_uuid(uuid.raw),
+            )
+        )
     if not devices:
-        return ProbeResult(reasons.NO_DEVICE, "the driver reports 0 devices"
-                           + (f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""), **base)
-    return ProbeResult(reasons.OK, f"{len(devices)} device(s)", devices=tuple(devices), **base)
+        return failed(
+            reasons.NO_DEVICE,
+            "the driver reports 0 devices" + (f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""),
+        )
+    return dataclasses.replace(found, reason=f"{len(devices)} device(s)", devices=tuple(devices))
 
 
 def probe_isolated(timeout: float = 30.0) -> ProbeResult:
     """The same probe in a child process, so this process never initializes CUDA (safe before fork)."""
     try:
-        out = subprocess.run([sys.executable, "-c", "import json,cuplug.driver as d;"
-                              "print(json.dumps(d.probe().to_json()))"],
-                             capture_output=True, text=True, timeout=timeout, check=True,
-                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        out = subprocess.run(
+            [sys.executable, "-c", "import json,cuplug.driver as d;print(json.dumps(d.probe().to_json()))"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
     except subprocess.TimeoutExpired:
         return ProbeResult(reasons.DRIVER_INIT_FAILED, f"driver probe did not answer within {timeout:.0f} s")
     except subprocess.CalledProcessError as exc:

@@ -67,7 +67,7 @@ def parse(section: bytes) -> list[Entry]:
     while off + _CONTAINER.size <= len(section):
         magic, version, header_size, size = _CONTAINER.unpack_from(section, off)
         if magic != MAGIC:
-            if not any(section[off:off + 8]):  # alignment padding between containers
+            if not any(section[off : off + 8]):  # alignment padding between containers
                 off += 8
                 continue
             raise FatbinError(f"offset {off}: magic {magic:#x} is not {MAGIC:#x}")
@@ -98,8 +98,12 @@ def device_code(section: bytes) -> DeviceCode:
     isas = sorted({e.version for e in entries if e.kind == KIND_PTX})
     if len(isas) > 1:
         raise FatbinError(f"PTX of several ISA versions: {isas}")
-    return DeviceCode(tuple(f"sm_{a}" for a in sass), tuple(f"compute_{a}" for a in ptx),
-                      f"{isas[0][0]}.{isas[0][1]}" if isas else None, tuple(entries))
+    return DeviceCode(
+        tuple(f"sm_{a}" for a in sass),
+        tuple(f"compute_{a}" for a in ptx),
+        f"{isas[0][0]}.{isas[0][1]}" if isas else None,
+        tuple(entries),
+    )
 
 
 def read_elf(data_or_path: bytes | str) -> DeviceCode | None:

@@ -51,7 +51,8 @@ def _check(where: str, data: bytes, entry: dict[str, Any] | None) -> Finding:
     try:
         found = _facts(data)
     except fatbin.FatbinError as exc:
-        return Finding(where, entry and entry.get("variant"), {}, entry, [f"unreadable device code: {exc}"])
+        variant = entry.get("variant") if entry else None
+        return Finding(where, variant, {}, entry, [f"unreadable device code: {exc}"])
     problems = []
     if entry is not None:
         for key in FIELDS:
@@ -86,8 +87,15 @@ def _wheel(path: Path) -> list[Finding]:
             for entry in json.loads(zf.read(m)).get("artifacts", ()):
                 member = f"{base}/{entry['file']}"
                 if member not in names:
-                    findings.append(Finding(f"{path.name}!{member}", entry["variant"], {}, None,
-                                            ["listed in the manifest, missing from the wheel"]))
+                    findings.append(
+                        Finding(
+                            f"{path.name}!{member}",
+                            entry["variant"],
+                            {},
+                            None,
+                            ["listed in the manifest, missing from the wheel"],
+                        )
+                    )
                     continue
                 findings.append(_check(f"{path.name}!{member}", zf.read(member), entry))
     return findings

@@ -22,8 +22,12 @@ log = logging.getLogger("cuplug")
 _load_lock = threading.Lock()
 CPU_DIR = Path(__file__).resolve().parent / "_cpu"
 # When every CUDA artifact is rejected, the decision names the most actionable reason.
-_REJECTION_PRIORITY = (reasons.CAPABILITY_TOO_LOW, reasons.DRIVER_TOO_OLD, reasons.NO_COMPATIBLE_ARTIFACT,
-                       reasons.ARTIFACT_CORRUPT)
+_REJECTION_PRIORITY = (
+    reasons.CAPABILITY_TOO_LOW,
+    reasons.DRIVER_TOO_OLD,
+    reasons.NO_COMPATIBLE_ARTIFACT,
+    reasons.ARTIFACT_CORRUPT,
+)
 
 
 @dataclasses.dataclass
@@ -54,10 +58,24 @@ class Trace:
         return {
             "backend": self.backend,
             "driver": None if self.probe is None else self.probe.to_json(),
-            "candidates": [{"backend": self.backend, "variant": c.variant, "cuda": c.cuda,
-                            "accepted": c.accepted, "code": c.code, "reason": c.reason} for c in self.candidates],
-            "decision": {"backend": self.backend, "variant": self.decision.variant, "cuda": self.decision.cuda,
-                         "code": self.decision_code, "reason": self.decision_reason},
+            "candidates": [
+                {
+                    "backend": self.backend,
+                    "variant": c.variant,
+                    "cuda": c.cuda,
+                    "accepted": c.accepted,
+                    "code": c.code,
+                    "reason": c.reason,
+                }
+                for c in self.candidates
+            ],
+            "decision": {
+                "backend": self.backend,
+                "variant": self.decision.variant,
+                "cuda": self.decision.cuda,
+                "code": self.decision_code,
+                "reason": self.decision_reason,
+            },
             "attempts": [dataclasses.asdict(a) for a in self.attempts],
             "env": self.env,
         }
@@ -100,12 +118,19 @@ def decide(backend: str = "vector", device: int | str | None = None, env: dict[s
     probe = None if pol.forced == "cpu" else driver.probe()
     dev, problem = (None, None) if probe is None else _device_facts(probe, pol.device)
     candidates = select.rank(
-        artifacts, dev.capability if dev else None, probe.driver_version if probe else None,
-        forced=pol.forced, forced_cuda=pol.forced_cuda, device_problem=problem,
+        artifacts,
+        dev.capability if dev else None,
+        probe.driver_version if probe else None,
+        forced=pol.forced,
+        forced_cuda=pol.forced_cuda,
+        device_problem=problem,
     )
     # An installed package whose manifest is unusable is a rejected candidate too, so it shows.
-    unusable = [select.Candidate("manifest", p.cuda, False, reasons.ARTIFACT_CORRUPT, f"{p.module}: {p.error}", 99)
-                for p in packages if p.error]
+    unusable = [
+        select.Candidate("manifest", p.cuda, False, reasons.ARTIFACT_CORRUPT, f"{p.module}: {p.error}", 99)
+        for p in packages
+        if p.error
+    ]
     candidates[-1:-1] = unusable
     first = candidates[0]
     if first.variant != "cpu" or first.code == reasons.FORCED:
@@ -116,8 +141,11 @@ def decide(backend: str = "vector", device: int | str | None = None, env: dict[s
     elif not artifacts and unusable:
         code, why = reasons.ARTIFACT_CORRUPT, "no usable manifest: " + "; ".join(c.reason for c in unusable)
     elif not artifacts:
-        hint = "pip install 'cuplug[cuda12]' or 'cuplug[cuda13]'" if backend == "vector" else \
-            f"install the CUDA extra of the package that provides '{backend}'"
+        hint = (
+            "pip install 'cuplug[cuda12]' or 'cuplug[cuda13]'"
+            if backend == "vector"
+            else f"install the CUDA extra of the package that provides '{backend}'"
+        )
         code, why = reasons.NO_BACKEND_INSTALLED, f"no CUDA artifact of backend '{backend}' installed ({hint})"
     else:
         codes = {c.code for c in candidates if not c.accepted}
@@ -132,7 +160,7 @@ def _try_load(path: Path, device: str | None) -> tuple[abi.BackendLibrary, int, 
     handle = lib.create(device)
     rc, text = lib.ping(handle)
     if rc != abi.OK:
-        lib.destroy(handle)  # type: ignore[attr-defined]
+        lib.destroy(handle)
         code = reasons.KERNEL_IMAGE_MISSING if rc == abi.E_NO_KERNEL_IMAGE else reasons.LOAD_FAILED
         raise ArtifactError(f"ping: {text}", code)
     return lib, handle, json.loads(text)
@@ -173,14 +201,18 @@ def load(backend: str = "vector", device: int | str | None = None, env: dict[str
         if trace.policy.require_cuda and trace.decision_code != reasons.FORCED:
             raise BackendNotAvailable(
                 f"CUPLUG_REQUIRE_CUDA=1 but CUDA cannot serve: {trace.decision_code}: {trace.decision_reason}",
-                trace.decision_code, trace)
+                trace.decision_code,
+                trace,
+            )
         log.info("cuplug: using the CPU backend: %s (%s)", trace.decision_reason, trace.decision_code)
         cpu_path = cpu_library_path(backend)
         if cpu_path is None:
             raise BackendNotAvailable(
                 f"no CPU backend '{backend}': no installed package registers it in the entry-point group "
                 f"{manifest.CPU_ENTRY_POINT_GROUP} (is the package that provides it installed?)",
-                reasons.NO_BACKEND_INSTALLED, trace)
+                reasons.NO_BACKEND_INSTALLED,
+                trace,
+            )
         try:
             lib, handle, info = _try_load(cpu_path, "0")
         except ArtifactError as exc:

@@ -45,10 +45,19 @@ class Artifact:
     def from_json(cls, d: dict[str, Any], cuda: str, package_dir: str) -> Artifact:
         try:
             return cls(
-                backend=str(d["backend"]), variant=str(d["variant"]), file=str(d["file"]),
-                sha256=str(d["sha256"]), size=int(d["size"]), sass=tuple(d["sass"]), ptx=tuple(d["ptx"]),
-                ptx_isa=d.get("ptx_isa"), cuda_version=str(d["cuda_version"]), min_driver=int(d["min_driver"]),
-                abi=int(d["abi"]), cuda=cuda, package_dir=package_dir,
+                backend=str(d["backend"]),
+                variant=str(d["variant"]),
+                file=str(d["file"]),
+                sha256=str(d["sha256"]),
+                size=int(d["size"]),
+                sass=tuple(d["sass"]),
+                ptx=tuple(d["ptx"]),
+                ptx_isa=d.get("ptx_isa"),
+                cuda_version=str(d["cuda_version"]),
+                min_driver=int(d["min_driver"]),
+                abi=int(d["abi"]),
+                cuda=cuda,
+                package_dir=package_dir,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ManifestError(f"artifact entry lacks or mistypes a field: {exc}") from exc
@@ -78,8 +87,10 @@ def read_manifest(directory: Path, cuda: str = "") -> tuple[Artifact, ...]:
     except (OSError, ValueError) as exc:
         raise ManifestError(f"{path} is unreadable: {exc}") from exc
     if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
-        raise ManifestError(f"{path}: schema {data.get('schema') if isinstance(data, dict) else '?'} "
-                            f"is not {MANIFEST_SCHEMA}; upgrade cuplug or reinstall the backend")
+        raise ManifestError(
+            f"{path}: schema {data.get('schema') if isinstance(data, dict) else '?'} "
+            f"is not {MANIFEST_SCHEMA}; upgrade cuplug or reinstall the backend"
+        )
     cuda = str(data.get("cuda") or cuda)
     return tuple(Artifact.from_json(a, cuda, str(directory)) for a in data.get("artifacts", ()))
 
@@ -110,8 +121,9 @@ def installed_packages() -> tuple[InstalledPackage, ...]:
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         spec = importlib.util.find_spec(ep.value)
         if spec is None or not spec.submodule_search_locations:
-            found.append(InstalledPackage(_cuda_of_name(ep.name), ep.value, Path("."),
-                                          error=f"module {ep.value} not found"))
+            found.append(
+                InstalledPackage(_cuda_of_name(ep.name), ep.value, Path("."), error=f"module {ep.value} not found")
+            )
             continue
         directory = Path(next(iter(spec.submodule_search_locations))).resolve()
         try:

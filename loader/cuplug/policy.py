@@ -10,10 +10,16 @@ from .errors import ConfigError
 
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"", "0", "false", "no", "off"}
-KNOBS = ("CUPLUG_DISABLE_CUDA", "BACKEND_CUDA_DISABLE", "CUPLUG_REQUIRE_CUDA", "CUPLUG_BACKEND",
-         "CUPLUG_DEVICE")
-CUDA_VARS = ("CUDA_VISIBLE_DEVICES", "CUDA_CACHE_PATH", "CUDA_CACHE_DISABLE", "CUDA_CACHE_MAXSIZE",
-             "CUDA_DEVICE_ORDER", "CUDA_MODULE_LOADING", "LD_LIBRARY_PATH")
+KNOBS = ("CUPLUG_DISABLE_CUDA", "BACKEND_CUDA_DISABLE", "CUPLUG_REQUIRE_CUDA", "CUPLUG_BACKEND", "CUPLUG_DEVICE")
+CUDA_VARS = (
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_CACHE_PATH",
+    "CUDA_CACHE_DISABLE",
+    "CUDA_CACHE_MAXSIZE",
+    "CUDA_DEVICE_ORDER",
+    "CUDA_MODULE_LOADING",
+    "LD_LIBRARY_PATH",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +51,9 @@ def from_env(env: Mapping[str, str] | None = None, device: int | str | None = No
         if forced_cuda not in ("cuda12", "cuda13"):
             raise ConfigError(f"CUPLUG_BACKEND={env['CUPLUG_BACKEND']!r}: the part before ':' must be cuda12 or cuda13")
     if not forced.replace("_", "").isalnum():
-        raise ConfigError(f"CUPLUG_BACKEND={forced!r}: expected auto, cpu, or a variant name (sm75, sm80, ptx, fatbin, ...)")
+        raise ConfigError(
+            f"CUPLUG_BACKEND={forced!r}: expected auto, cpu, or a variant name (sm75, sm80, ptx, fatbin, ...)"
+        )
     raw_device = device if device is not None else env.get("CUPLUG_DEVICE", "0").strip() or "0"
     try:
         index = int(raw_device)
@@ -54,9 +62,12 @@ def from_env(env: Mapping[str, str] | None = None, device: int | str | None = No
     except (TypeError, ValueError):
         raise ConfigError(f"CUPLUG_DEVICE/device={raw_device!r}: expected a device index 0, 1, ...") from None
     return Policy(
-        disable_cuda=disabled_by is not None, disabled_by=disabled_by,
+        disable_cuda=disabled_by is not None,
+        disabled_by=disabled_by,
         require_cuda=_flag(env, "CUPLUG_REQUIRE_CUDA"),
-        forced=None if forced == "auto" else forced, forced_cuda=forced_cuda, device=index,
+        forced=None if forced == "auto" else forced,
+        forced_cuda=forced_cuda,
+        device=index,
     )
 
 

@@ -27,15 +27,20 @@ def format_trace(trace: Trace) -> str:
         if p.code != "ok":
             lines.append(_row("driver status", f"{p.code}: {p.reason}"))
         for d in p.devices:
-            lines.append(_row(f"device {d.index}", f"{d.name}, CC {d.capability_str}, "
-                                                   f"{d.memory_bytes / 2**30:.1f} GiB, {d.uuid}"))
+            lines.append(
+                _row(
+                    f"device {d.index}", f"{d.name}, CC {d.capability_str}, {d.memory_bytes / 2**30:.1f} GiB, {d.uuid}"
+                )
+            )
     runtimes = sorted({a.cuda_version for pkg in trace.packages for a in pkg.artifacts})
     lines.append(_row("runtime version", ", ".join(runtimes) or "no CUDA backend installed"))
     lines.append(_row("backend ABI", "v1"))
-    caps = sorted({t for pkg in trace.packages for a in pkg.artifacts for t in a.sass},
-                  key=lambda t: select._arch(t)[:2])
-    lines.append(_row("supported capability",
-                      ", ".join(f"{select._arch(t)[0]}.{select._arch(t)[1]}" for t in caps) or "-"))
+    caps = sorted(
+        {t for pkg in trace.packages for a in pkg.artifacts for t in a.sass}, key=lambda t: select._arch(t)[:2]
+    )
+    lines.append(
+        _row("supported capability", ", ".join(f"{select._arch(t)[0]}.{select._arch(t)[1]}" for t in caps) or "-")
+    )
     for pkg in trace.packages:
         lines.append(_row(f"package {pkg.cuda}", f"{pkg.directory}" + (f" ({pkg.error})" if pkg.error else "")))
     lines.append(f"{TAG} candidates:")

@@ -29,10 +29,27 @@ MIN_CAPABILITY = (7, 5)
 
 # PTX ISA version -> the CUDA version (cuDriverGetVersion) whose driver JITs it.
 PTX_ISA_DRIVER: dict[str, int] = {
-    "7.0": 11000, "7.1": 11010, "7.2": 11020, "7.3": 11030, "7.4": 11040, "7.5": 11050,
-    "7.6": 11060, "7.7": 11070, "7.8": 11080, "8.0": 12000, "8.1": 12010, "8.2": 12020,
-    "8.3": 12030, "8.4": 12040, "8.5": 12050, "8.6": 12070, "8.7": 12080, "8.8": 12090,
-    "9.0": 13000, "9.1": 13010, "9.2": 13020,
+    "7.0": 11000,
+    "7.1": 11010,
+    "7.2": 11020,
+    "7.3": 11030,
+    "7.4": 11040,
+    "7.5": 11050,
+    "7.6": 11060,
+    "7.7": 11070,
+    "7.8": 11080,
+    "8.0": 12000,
+    "8.1": 12010,
+    "8.2": 12020,
+    "8.3": 12030,
+    "8.4": 12040,
+    "8.5": 12050,
+    "8.6": 12070,
+    "8.7": 12080,
+    "8.8": 12090,
+    "9.0": 13000,
+    "9.1": 13010,
+    "9.2": 13020,
 }
 
 TIER_EXACT_SASS, TIER_LOWER_MINOR_SASS, TIER_PTX, TIER_CPU, TIER_FORCED = 1, 2, 3, 4, 0
@@ -98,19 +115,23 @@ def _why_no_sass(artifact: Artifact, cc: tuple[int, int]) -> str:
 
 def judge(artifact: Artifact, cc: tuple[int, int], driver: int) -> Candidate:
     """Accepts or rejects one artifact for a device of capability ``cc`` on a driver of version ``driver``."""
+
     def reject(code: str, why: str) -> Candidate:
         return Candidate(artifact.variant, artifact.cuda, False, code, why, 99, artifact)
 
     if driver < artifact.min_driver:
-        return reject(reasons.DRIVER_TOO_OLD,
-                      f"built with the CUDA {artifact.cuda_version} runtime, which needs a driver for CUDA "
-                      f">= {fmt_version(artifact.min_driver)}; the driver is {fmt_version(driver)}")
+        return reject(
+            reasons.DRIVER_TOO_OLD,
+            f"built with the CUDA {artifact.cuda_version} runtime, which needs a driver for CUDA "
+            f">= {fmt_version(artifact.min_driver)}; the driver is {fmt_version(driver)}",
+        )
     sass = _sass_tier(artifact, cc)
     if sass:
         tier, target = sass
         how = "exact SASS" if tier == TIER_EXACT_SASS else "SASS of a lower minor"
-        return Candidate(artifact.variant, artifact.cuda, True, reasons.OK, f"{how} {target} for CC {cc[0]}.{cc[1]}",
-                         tier, artifact)
+        return Candidate(
+            artifact.variant, artifact.cuda, True, reasons.OK, f"{how} {target} for CC {cc[0]}.{cc[1]}", tier, artifact
+        )
     no_sass = _why_no_sass(artifact, cc)
     for target in artifact.ptx:
         major, minor, _ = _arch(target)
@@ -119,11 +140,19 @@ def judge(artifact: Artifact, cc: tuple[int, int], driver: int) -> Candidate:
         need = ptx_driver_needed(artifact.ptx_isa)
         if need is None or driver < need:
             shown = f"CUDA {fmt_version(need)}" if need else "a newer CUDA than this cuplug knows"
-            return reject(reasons.DRIVER_TOO_OLD,
-                          f"{no_sass}; PTX ISA {artifact.ptx_isa} needs driver {shown}, driver is {fmt_version(driver)}")
-        return Candidate(artifact.variant, artifact.cuda, True, reasons.OK,
-                         f"PTX {target} (ISA {artifact.ptx_isa}) JIT-compiled for CC {cc[0]}.{cc[1]}; first launch pays the JIT",
-                         TIER_PTX, artifact)
+            return reject(
+                reasons.DRIVER_TOO_OLD,
+                f"{no_sass}; PTX ISA {artifact.ptx_isa} needs driver {shown}, driver is {fmt_version(driver)}",
+            )
+        return Candidate(
+            artifact.variant,
+            artifact.cuda,
+            True,
+            reasons.OK,
+            f"PTX {target} (ISA {artifact.ptx_isa}) JIT-compiled for CC {cc[0]}.{cc[1]}; first launch pays the JIT",
+            TIER_PTX,
+            artifact,
+        )
     ptx = f"; PTX {', '.join(artifact.ptx)} needs a higher CC" if artifact.ptx else "; no PTX"
     return reject(reasons.NO_COMPATIBLE_ARTIFACT, no_sass + ptx)
 
@@ -138,9 +167,15 @@ def cpu_candidate(code: str = reasons.OK, reason: str = "CPU backend: always ava
     return Candidate("cpu", None, True, code, reason, TIER_CPU)
 
 
-def rank(artifacts: list[Artifact] | tuple[Artifact, ...], capability: tuple[int, int] | None,
-         driver_version: int | None, *, forced: str | None = None, forced_cuda: str | None = None,
-         device_problem: tuple[str, str] | None = None) -> list[Candidate]:
+def rank(
+    artifacts: list[Artifact] | tuple[Artifact, ...],
+    capability: tuple[int, int] | None,
+    driver_version: int | None,
+    *,
+    forced: str | None = None,
+    forced_cuda: str | None = None,
+    device_problem: tuple[str, str] | None = None,
+) -> list[Candidate]:
     """Every artifact judged and ordered, the CPU backend last.
 
     ``device_problem`` (code, text) rejects every CUDA artifact for one reason
@@ -151,9 +186,10 @@ def rank(artifacts: list[Artifact] | tuple[Artifact, ...], capability: tuple[int
     if forced == "cpu":
         return [cpu_candidate(reasons.FORCED, "CUPLUG_BACKEND=cpu")]
     if device_problem is None and capability is not None and capability < MIN_CAPABILITY:
-        device_problem = (reasons.CAPABILITY_TOO_LOW,
-                          f"CC {capability[0]}.{capability[1]} is below the minimum "
-                          f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]}")
+        device_problem = (
+            reasons.CAPABILITY_TOO_LOW,
+            f"CC {capability[0]}.{capability[1]} is below the minimum {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]}",
+        )
     judged: list[Candidate] = []
     for a in artifacts:
         if device_problem is not None or capability is None or driver_version is None:
@@ -162,8 +198,13 @@ def rank(artifacts: list[Artifact] | tuple[Artifact, ...], capability: tuple[int
         else:
             c = judge(a, capability, driver_version)
         if forced and a.variant == forced and (forced_cuda in (None, a.cuda)) and device_problem is None:
-            c = dataclasses.replace(c, accepted=True, code=reasons.FORCED, tier=TIER_FORCED,
-                                    reason=f"CUPLUG_BACKEND={forced}: forced ({'would be accepted: ' if c.accepted else 'rules say: '}{c.reason})")
+            c = dataclasses.replace(
+                c,
+                accepted=True,
+                code=reasons.FORCED,
+                tier=TIER_FORCED,
+                reason=f"CUPLUG_BACKEND={forced}: forced ({'would be accepted: ' if c.accepted else 'rules say: '}{c.reason})",
+            )
         judged.append(c)
     accepted = sorted((c for c in judged if c.accepted), key=_order_key)
     rejected = sorted((c for c in judged if not c.accepted), key=lambda c: (c.cuda or "", c.variant))

@@ -18,8 +18,9 @@ ELFCLASS64, ELFDATA2LSB, ET_DYN, EM_X86_64 = 2, 1, 3, 62
 def resolve_inside(package_dir: Path, relative: str) -> Path:
     """The artifact's absolute path; refuses absolute names, '..', and symlinks out of the package."""
     if os.path.isabs(relative) or ".." in Path(relative).parts or not relative:
-        raise ArtifactError(f"manifest file {relative!r} must be a relative path inside the package",
-                            reasons.ARTIFACT_CORRUPT)
+        raise ArtifactError(
+            f"manifest file {relative!r} must be a relative path inside the package", reasons.ARTIFACT_CORRUPT
+        )
     base = package_dir.resolve()
     path = (base / relative).resolve()
     if base not in path.parents:
@@ -31,24 +32,28 @@ def check_elf_header(head: bytes, name: str) -> None:
     if len(head) < 20 or head[:4] != ELF_MAGIC:
         raise ArtifactError(f"{name} is not an ELF file", reasons.ARTIFACT_CORRUPT)
     if head[4] != ELFCLASS64 or head[5] != ELFDATA2LSB:
-        raise ArtifactError(f"{name} is not a 64-bit little-endian ELF (class {head[4]}, data {head[5]})",
-                            reasons.ARTIFACT_CORRUPT)
+        raise ArtifactError(
+            f"{name} is not a 64-bit little-endian ELF (class {head[4]}, data {head[5]})", reasons.ARTIFACT_CORRUPT
+        )
     e_type, e_machine = struct.unpack_from("<HH", head, 16)
     if e_type != ET_DYN or e_machine != EM_X86_64:
-        raise ArtifactError(f"{name} is not an x86-64 shared object (type {e_type}, machine {e_machine})",
-                            reasons.ARTIFACT_CORRUPT)
+        raise ArtifactError(
+            f"{name} is not an x86-64 shared object (type {e_type}, machine {e_machine})", reasons.ARTIFACT_CORRUPT
+        )
 
 
 def verify(artifact: Artifact) -> Path:
     """Returns the absolute path of a file that matches its manifest entry, or raises artifact-corrupt."""
     path = resolve_inside(Path(artifact.package_dir), artifact.file)
     if not path.is_file():
-        raise ArtifactError(f"{path} listed in the manifest does not exist; reinstall the backend package",
-                            reasons.ARTIFACT_CORRUPT)
+        raise ArtifactError(
+            f"{path} listed in the manifest does not exist; reinstall the backend package", reasons.ARTIFACT_CORRUPT
+        )
     size = path.stat().st_size
     if size != artifact.size:
-        raise ArtifactError(f"{path.name}: size {size} != manifest {artifact.size} (truncated or replaced)",
-                            reasons.ARTIFACT_CORRUPT)
+        raise ArtifactError(
+            f"{path.name}: size {size} != manifest {artifact.size} (truncated or replaced)", reasons.ARTIFACT_CORRUPT
+        )
     digest = hashlib.sha256()
     with path.open("rb") as f:
         head = f.read(64)

@@ -41,8 +41,9 @@ def cache_problem(env: dict[str, str] | None = None) -> str | None:
         with tempfile.TemporaryFile(dir=d):
             pass
     except OSError as e:
-        return (f"the JIT cache {d} is not writable ({e.strerror or e}): "
-                "the driver compiles the PTX again in every process")
+        return (
+            f"the JIT cache {d} is not writable ({e.strerror or e}): the driver compiles the PTX again in every process"
+        )
     return None
 
 
@@ -102,8 +103,11 @@ def run(env: dict[str, str] | None = None) -> tuple[dict[str, Any], int]:
     before = _cache_bytes(d)
     results, nothing, code = warm(env)
     report: dict[str, Any] = {
-        "cache_dir": str(d), "cache_problem": cache_problem(env),
-        "results": [dataclasses.asdict(r) for r in results], "error": nothing, "code": code,
+        "cache_dir": str(d),
+        "cache_problem": cache_problem(env),
+        "results": [dataclasses.asdict(r) for r in results],
+        "error": nothing,
+        "code": code,
     }
     report["cache_bytes_added"] = _cache_bytes(d) - before
     if nothing is not None:
@@ -121,13 +125,18 @@ def format_report(report: dict[str, Any]) -> str:
         if r["error"]:
             lines.append(f"cuplug warmup: {r['label']} FAILED: {r['error']}")
         else:
-            lines.append(f"cuplug warmup: {r['label']} on {r['device']}: JIT + first launch {r['first_ms']:.1f} ms, "
-                         f"second launch {r['second_ms']:.3f} ms")
+            lines.append(
+                f"cuplug warmup: {r['label']} on {r['device']}: JIT + first launch {r['first_ms']:.1f} ms, "
+                f"second launch {r['second_ms']:.3f} ms"
+            )
     if report["cache_problem"]:
-        lines.append(f"cuplug warmup: nothing cached: {report['cache_problem']} (results stay correct, "
-                     "first launches stay slow)")
+        lines.append(
+            f"cuplug warmup: nothing cached: {report['cache_problem']} (results stay correct, first launches stay slow)"
+        )
     else:
         added = report["cache_bytes_added"]
-        lines.append(f"cuplug warmup: JIT cache {report['cache_dir']}: +{added / 1024:.0f} KiB"
-                     + (" (already held this PTX)" if added == 0 else ""))
+        lines.append(
+            f"cuplug warmup: JIT cache {report['cache_dir']}: +{added / 1024:.0f} KiB"
+            + (" (already held this PTX)" if added == 0 else "")
+        )
     return "\n".join(lines)

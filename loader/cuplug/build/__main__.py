@@ -5,6 +5,7 @@
                                     build every variant with CMake, check it, write manifest.json
   wheel     --build-dir DIR --name NAME --requires REQ --out DIR [--version V]
                                     assemble a backend wheel, auditwheel-repair it, check it
+  repair    WHEEL --out DIR         auditwheel-repair a package's main wheel (its CPU twin), check it
   check     WHEEL...                the shipping gate (no libcuda/libcudart.so, RPATH, tags, manifest)
 
 Exit status: 0 done, 1 a build or check failed (the message names the step), 2 bad usage.
@@ -39,8 +40,17 @@ def cmd_toolchain(args: argparse.Namespace) -> int:
         print(json.dumps({"sysroot": str(toolchain.install_sysroot(_log))}))
         return 0
     tc = toolchain.install(args.which, _log)
-    print(json.dumps({"major": tc.major, "version": tc.version, "root": str(tc.root), "nvcc": str(tc.nvcc),
-                      "cuobjdump": str(tc.cuobjdump)}))
+    print(
+        json.dumps(
+            {
+                "major": tc.major,
+                "version": tc.version,
+                "root": str(tc.root),
+                "nvcc": str(tc.nvcc),
+                "cuobjdump": str(tc.cuobjdump),
+            }
+        )
+    )
     return 0
 
 
@@ -50,9 +60,17 @@ def cmd_variants(args: argparse.Namespace) -> int:
         raise artifacts.BuildError("no `cmake` on PATH (pip install cmake ninja)")
     sysroot = None if args.no_sysroot else toolchain.install_sysroot(_log)
     tc = toolchain.install(args.cuda, _log)
-    manifest = artifacts.build_backend(tc, args.source.resolve(), args.out.resolve(), sysroot=sysroot,
-                                       matrix_path=(args.matrix or default_matrix()).resolve(),
-                                       backend=args.backend, log=_log, cmake=cmake, env=_no_system_cuda_env())
+    manifest = artifacts.build_backend(
+        tc,
+        args.source.resolve(),
+        args.out.resolve(),
+        sysroot=sysroot,
+        matrix_path=(args.matrix or default_matrix()).resolve(),
+        backend=args.backend,
+        log=_log,
+        cmake=cmake,
+        env=_no_system_cuda_env(),
+    )
     print(manifest)
     return 0
 
@@ -60,9 +78,22 @@ def cmd_variants(args: argparse.Namespace) -> int:
 def cmd_wheel(args: argparse.Namespace) -> int:
     version = args.version or _version()
     with tempfile.TemporaryDirectory() as tmp:
-        raw = wheel.build_backend_wheel(args.build_dir, Path(tmp), name=args.name, version=version,
-                                        requires=args.requires or f"cuplug=={_version()}", summary=args.summary)
+        raw = wheel.build_backend_wheel(
+            args.build_dir,
+            Path(tmp),
+            name=args.name,
+            version=version,
+            requires=args.requires or f"cuplug=={_version()}",
+            summary=args.summary,
+        )
         repaired = wheel.repair_wheel(raw, args.out)
+    wheel.check_wheels([repaired], _log)
+    print(repaired)
+    return 0
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    repaired = wheel.repair_wheel(args.wheel, args.out)
     wheel.check_wheels([repaired], _log)
     print(repaired)
     return 0
@@ -80,8 +111,12 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m cuplug.build", description=__doc__.split("\n\n")[0],
-                                epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m cuplug.build",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("toolchain", help="install a pinned CUDA toolchain or the glibc sysroot (cached)")
     t.add_argument("which", choices=[*toolchain.INSTALLERS, "sysroot"])
@@ -102,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--summary", default="")
     w.add_argument("--out", type=Path, default=Path("dist"))
     w.set_defaults(func=cmd_wheel)
+    r = sub.add_parser("repair", help="auditwheel-repair a main wheel (manylinux_2_17, libcuda excluded), check it")
+    r.add_argument("wheel", type=Path)
+    r.add_argument("--out", type=Path, default=Path("dist"))
+    r.set_defaults(func=cmd_repair)
     c = sub.add_parser("check", help="the shipping gate for wheels")
     c.add_argument("wheels", type=Path, nargs="+")
     c.set_defaults(func=cmd_check)

@@ -24,7 +24,9 @@ from cuplug.manifest import MANIFEST_SCHEMA
 from .toolchain import Toolchain, ToolchainError, sha256_file
 
 Log = Callable[[str], None]
-ALLOWED_NEEDED = re.compile(r"^(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s)\.so\.\d+$|^ld-linux-x86-64\.so\.2$")
+ALLOWED_NEEDED = re.compile(
+    r"^(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s)\.so\.\d+$|^ld-linux-x86-64\.so\.2$"
+)
 ABI_SYMBOLS = frozenset(abi.SYMBOLS)  # the loader's binding is the one list of ABI entry points
 RUNTIME_MIN_DRIVER = {"12": 12000, "13": 13000}  # CUDA minor-version compatibility: any driver of the major
 
@@ -36,8 +38,9 @@ class BuildError(RuntimeError):
 def _run(cmd: list[str], step: str, env: dict[str, str] | None = None) -> str:
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
-        raise BuildError(f"{step} failed (exit {proc.returncode}): {' '.join(map(str, cmd))}\n"
-                         f"{(proc.stdout + proc.stderr)[-3000:]}")
+        raise BuildError(
+            f"{step} failed (exit {proc.returncode}): {' '.join(map(str, cmd))}\n{(proc.stdout + proc.stderr)[-3000:]}"
+        )
     return proc.stdout + proc.stderr
 
 
@@ -72,14 +75,14 @@ def expected_targets(matrix: dict, variant: str, archs: list[int]) -> tuple[list
                 raise BuildError(f"variant {variant}: arch {a} is not supported by this nvcc (it has {archs})")
         return [int(a) for a in value]
 
-    return ([f"sm_{a}" for a in expand(spec["sass"], "sass")],
-            [f"compute_{a}" for a in expand(spec["ptx"], "ptx")])
+    return ([f"sm_{a}" for a in expand(spec["sass"], "sass")], [f"compute_{a}" for a in expand(spec["ptx"], "ptx")])
 
 
 def read_device_code(tc: Toolchain, so: Path) -> tuple[list[str], list[str], str | None]:
     """(sass, ptx, ptx_isa) of a built library, read by the toolkit's cuobjdump."""
-    listing = subprocess.run([str(tc.cuobjdump), "--list-elf", "--list-ptx", str(so)],
-                             capture_output=True, text=True, check=False).stdout
+    listing = subprocess.run(
+        [str(tc.cuobjdump), "--list-elf", "--list-ptx", str(so)], capture_output=True, text=True, check=False
+    ).stdout
     sass = re.findall(r"^ELF file\s+\d+: .*\.(sm_\d+[af]?)\.cubin$", listing, re.M)
     ptx = [t.replace("sm_", "compute_") for t in re.findall(r"^PTX file\s+\d+: .*\.(sm_\d+[af]?)\.ptx$", listing, re.M)]
     for kind, names in (("SASS", sass), ("PTX", ptx)):
@@ -102,24 +105,36 @@ def check_linkage(so: Path) -> None:
     needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dyn)
     bad = [n for n in needed if not ALLOWED_NEEDED.match(n)]
     if bad:
-        raise BuildError(f"{so} needs {bad}: a backend may link only libc/libm/libdl/libpthread/librt/"
-                         "libstdc++/libgcc_s (static CUDA runtime, never libcudart.so or libcuda.so)")
+        raise BuildError(
+            f"{so} needs {bad}: a backend may link only libc/libm/libdl/libpthread/librt/"
+            "libstdc++/libgcc_s (static CUDA runtime, never libcudart.so or libcuda.so)"
+        )
     syms = _run(["nm", "-D", "--defined-only", str(so)], f"nm {so}")
     exported = {line.split()[-1] for line in syms.splitlines() if line.strip()}
     if exported != ABI_SYMBOLS:
         raise BuildError(f"{so} exports {sorted(exported ^ ABI_SYMBOLS)} beyond/short of the ABI")
 
 
-def build_backend(tc: Toolchain, source_dir: Path, build_dir: Path, *, sysroot: Path | None = None,
-                  matrix_path: Path | None = None, backend: str = "vector", log: Log = print,
-                  cmake: str = "cmake", env: dict[str, str] | None = None) -> Path:
+def build_backend(
+    tc: Toolchain,
+    source_dir: Path,
+    build_dir: Path,
+    *,
+    sysroot: Path | None = None,
+    matrix_path: Path | None = None,
+    backend: str = "vector",
+    log: Log = print,
+    cmake: str = "cmake",
+    env: dict[str, str] | None = None,
+) -> Path:
     """Configures and builds every variant; checks each; writes ``build_dir/manifest.json``."""
     from cuplug.select import ptx_driver_needed  # the PTX ISA -> driver table lives with the loader
 
     for compiler in ("cc", "c++"):
         if shutil.which(compiler, path=(env or os.environ).get("PATH")) is None:
-            raise BuildError(f"no `{compiler}` on PATH: nvcc needs a host C/C++ compiler "
-                             "(Debian: apt-get install gcc g++)")
+            raise BuildError(
+                f"no `{compiler}` on PATH: nvcc needs a host C/C++ compiler (Debian: apt-get install gcc g++)"
+            )
     matrix_path = matrix_path or source_dir / "variants.json"
     matrix = load_matrix(matrix_path)
     variants = sorted(matrix["variants"])
@@ -127,13 +142,30 @@ def build_backend(tc: Toolchain, source_dir: Path, build_dir: Path, *, sysroot: 
     build_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     log(f"{tc.major}: configuring {', '.join(variants)} (nvcc {tc.version}, archs {archs})")
-    _run([cmake, "-S", str(source_dir), "-B", str(build_dir), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-          f"-DCMAKE_CUDA_COMPILER={tc.nvcc}", *tc.cmake_args,
-          f"-DCUPLUG_SYSROOT={sysroot or ''}", f"-DCUPLUG_MATRIX={matrix_path}"],
-         f"{tc.major}: cmake configure", env=env)
+    _run(
+        [
+            cmake,
+            "-S",
+            str(source_dir),
+            "-B",
+            str(build_dir),
+            "-G",
+            "Ninja",
+            "-DCMAKE_BUILD_TYPE=Release",
+            f"-DCMAKE_CUDA_COMPILER={tc.nvcc}",
+            *tc.cmake_args,
+            f"-DCUPLUG_SYSROOT={sysroot or ''}",
+            f"-DCUPLUG_MATRIX={matrix_path}",
+        ],
+        f"{tc.major}: cmake configure",
+        env=env,
+    )
     log(f"{tc.major}: compiling {len(variants)} variants")
-    out = _run([cmake, "--build", str(build_dir), "--parallel", str(os.cpu_count() or 2)],
-               f"{tc.major}: cmake --build", env=env)
+    out = _run(
+        [cmake, "--build", str(build_dir), "--parallel", str(os.cpu_count() or 2)],
+        f"{tc.major}: cmake --build",
+        env=env,
+    )
     if "ninja: no work to do" in out:
         log(f"{tc.major}: up to date")
     entries = []
@@ -144,19 +176,33 @@ def build_backend(tc: Toolchain, source_dir: Path, build_dir: Path, *, sysroot: 
         sass, ptx, isa = read_device_code(tc, so)
         want_sass, want_ptx = expected_targets(matrix, variant, archs)
         if (sass, ptx) != (sorted(want_sass, key=lambda t: int(t[3:])), want_ptx):
-            raise BuildError(f"{tc.major}/{variant}: built file holds SASS {sass} PTX {ptx}, "
-                             f"the matrix declares SASS {want_sass} PTX {want_ptx}")
+            raise BuildError(
+                f"{tc.major}/{variant}: built file holds SASS {sass} PTX {ptx}, "
+                f"the matrix declares SASS {want_sass} PTX {want_ptx}"
+            )
         check_linkage(so)
         min_driver = RUNTIME_MIN_DRIVER[tc.version.split(".")[0]]
         if ptx and not sass:  # PTX-only: the JIT gate is part of what the artifact needs
             min_driver = max(min_driver, ptx_driver_needed(isa) or min_driver)
-        entries.append({
-            "backend": backend, "variant": variant, "file": f"{variant}/{so.name}", "sha256": sha256_file(so),
-            "size": so.stat().st_size, "sass": sass, "ptx": ptx, "ptx_isa": isa, "cuda_version": tc.version,
-            "min_driver": min_driver, "abi": abi.ABI_VERSION,
-        })
-        log(f"{tc.major}/{variant}: {so.stat().st_size:,} B, SASS {','.join(sass) or '-'}, "
-            f"PTX {','.join(ptx) or '-'}{f' (ISA {isa})' if isa else ''}")
+        entries.append(
+            {
+                "backend": backend,
+                "variant": variant,
+                "file": f"{variant}/{so.name}",
+                "sha256": sha256_file(so),
+                "size": so.stat().st_size,
+                "sass": sass,
+                "ptx": ptx,
+                "ptx_isa": isa,
+                "cuda_version": tc.version,
+                "min_driver": min_driver,
+                "abi": abi.ABI_VERSION,
+            }
+        )
+        log(
+            f"{tc.major}/{variant}: {so.stat().st_size:,} B, SASS {','.join(sass) or '-'}, "
+            f"PTX {','.join(ptx) or '-'}{f' (ISA {isa})' if isa else ''}"
+        )
     manifest = {"schema": MANIFEST_SCHEMA, "cuda": tc.major, "artifacts": entries}
     (build_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     log(f"{tc.major}: manifest written, {len(entries)} artifacts in {time.perf_counter() - t0:.1f} s")

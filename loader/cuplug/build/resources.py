@@ -35,3 +35,8 @@ def toolchains_dir() -> Path:
 
 def default_matrix() -> Path:
     return backends_dir() / "variants.json"
+
+
+def template_dir() -> Path:
+    """The project `cuplug new-backend` copies: the `scan` example (examples/scan in a checkout)."""
+    return PACKAGE_DATA / "template" if _installed() else _CHECKOUT / "examples" / "scan"

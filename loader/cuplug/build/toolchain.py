@@ -224,8 +224,18 @@ def install_cuda12(log: Log) -> Toolchain:
         log(f"cuda12: unpacking {deb.name}")
         if deb.name.startswith("nvidia-cuda-dev_"):
             # 930 MB of .deb, of which the build needs headers and the static runtime.
-            _unpack(deb, dest, ("./usr/include/*", "*libcudart_static.a", "*libcudadevrt.a",
-                                "*libcudart.so", "*libculibos.a", "*stubs/libcuda.so"))
+            _unpack(
+                deb,
+                dest,
+                (
+                    "./usr/include/*",
+                    "*libcudart_static.a",
+                    "*libcudadevrt.a",
+                    "*libcudart.so",
+                    "*libculibos.a",
+                    "*stubs/libcuda.so",
+                ),
+            )
         else:
             _unpack(deb, dest)
     profile = usr / "lib/nvidia-cuda-toolkit/bin/nvcc.profile"
@@ -233,9 +243,7 @@ def install_cuda12(log: Log) -> Toolchain:
     profile.write_text(NVCC_PROFILE)
     wrapper = usr / "bin/nvcc"  # execs an absolute /usr path: make it relative
     wrapper.unlink(missing_ok=True)
-    wrapper.write_text(
-        '#!/bin/sh\nexec "$(dirname "$(readlink -f "$0")")/../lib/nvidia-cuda-toolkit/bin/nvcc" "$@"\n'
-    )
+    wrapper.write_text('#!/bin/sh\nexec "$(dirname "$(readlink -f "$0")")/../lib/nvidia-cuda-toolkit/bin/nvcc" "$@"\n')
     wrapper.chmod(0o755)
     _check_nvcc(tc, log)
     (dest / ".complete").write_text(lock_file.read_text())
@@ -261,8 +269,21 @@ def install_cuda13(log: Log, python: str = sys.executable) -> Toolchain:
     _fresh_dir(dest)
     log("cuda13: pip install of the pinned CUDA 13.0.2 wheels (about 105 MB)")
     _run(
-        [python, "-m", "pip", "install", "--no-deps", "--require-hashes", "--only-binary=:all:",
-         "--disable-pip-version-check", "--no-compile", "--target", str(dest / "site"), "-r", str(lock_file)],
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--require-hashes",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "--no-compile",
+            "--target",
+            str(dest / "site"),
+            "-r",
+            str(lock_file),
+        ],
         "pip install of the CUDA 13 toolchain (retry; check that PyPI is reachable)",
     )
     # The pip layout has lib/ but nvcc's profile and CMake expect lib64/ and libcudart.so.

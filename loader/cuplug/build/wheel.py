@@ -47,14 +47,19 @@ def _record_line(name: str, data: bytes) -> str:
 
 def _import_guard(name: str, summary: str | None, requires: str) -> str:
     """The package's __init__.py: importing it explains what to do instead."""
-    message = (f"{name} holds backend libraries, not a Python module: install cuplug and call "
-               f"cuplug.load() (pip install '{requires}')")
-    return (f'"""{summary or name}: backend libraries for the cuplug loader, used through cuplug.load()."""\n'
-            f"raise ImportError({message!r})\n")
+    message = (
+        f"{name} holds backend libraries, not a Python module: install cuplug and call "
+        f"cuplug.load() (pip install '{requires}')"
+    )
+    return (
+        f'"""{summary or name}: backend libraries for the cuplug loader, used through cuplug.load()."""\n'
+        f"raise ImportError({message!r})\n"
+    )
 
 
-def build_backend_wheel(build_dir: Path, out_dir: Path, *, name: str, version: str, requires: str,
-                        summary: str = "", tag: str = RAW_TAG) -> Path:
+def build_backend_wheel(
+    build_dir: Path, out_dir: Path, *, name: str, version: str, requires: str, summary: str = "", tag: str = RAW_TAG
+) -> Path:
     """Writes ``<name>-<version>-<tag>.whl`` from ``build_dir/manifest.json`` and the files it names.
 
     ``requires`` is the Requires-Dist on cuplug, e.g. ``"cuplug==0.1.0"``.
@@ -97,8 +102,7 @@ def build_backend_wheel(build_dir: Path, out_dir: Path, *, name: str, version: s
     return wheel
 
 
-def repair_wheel(wheel: Path, out_dir: Path, run: Callable[..., object] | None = None,
-                 plat: str = TARGET_PLAT) -> Path:
+def repair_wheel(wheel: Path, out_dir: Path, run: Callable[..., object] | None = None, plat: str = TARGET_PLAT) -> Path:
     """``auditwheel repair`` with the driver excluded; returns the repaired wheel in out_dir.
 
     ``run`` executes the command (a nox session's ``session.run``); default: subprocess in this Python.
@@ -136,14 +140,15 @@ def _rpaths(data: bytes) -> list[str]:
         if isinstance(section, DynamicSection):
             for tag in section.iter_tags():
                 if tag.entry.d_tag in ("DT_RPATH", "DT_RUNPATH"):
-                    paths.extend(p for p in (tag.rpath if tag.entry.d_tag == "DT_RPATH" else tag.runpath).split(":"))
+                    value = getattr(tag, "rpath" if tag.entry.d_tag == "DT_RPATH" else "runpath")  # pyelftools names it
+                    paths.extend(value.split(":"))
     return paths
 
 
 def _rpath_inside(member: str, rpath: str) -> bool:
     if not rpath.startswith("$ORIGIN"):
         return False
-    parts = [*PurePosixPath(member).parent.parts, *PurePosixPath(rpath[len("$ORIGIN"):].lstrip("/")).parts]
+    parts = [*PurePosixPath(member).parent.parts, *PurePosixPath(rpath[len("$ORIGIN") :].lstrip("/")).parts]
     depth = 0
     for part in parts:
         depth += -1 if part == ".." else (0 if part in ("", ".") else 1)
@@ -154,7 +159,7 @@ def _rpath_inside(member: str, rpath: str) -> bool:
 
 def wheel_tags(name: str) -> tuple[str, str, list[str]]:
     """(python tag, abi tag, platform tags) from a wheel file name."""
-    parts = name[:-len(".whl")].split("-")
+    parts = name[: -len(".whl")].split("-")
     return parts[-3], parts[-2], parts[-1].split(".")
 
 

@@ -29,7 +29,13 @@ BUILD_TOOLS = [
 ]
 RUNTIME_DEPS = ["pyelftools==0.33"]  # cuplug's one dependency (cuplug inspect), fetched beside the wheels
 TEST_DEPS = ["pytest==9.0.3", "numpy==2.4.6", "jsonschema==4.26.0", "hypothesis==6.155.2"]
-LINT_DEPS = ["ruff==0.17.6", "validate-pyproject[all]==0.27", "mypy==2.4.1", "check-jsonschema==0.39.0"]
+LINT_DEPS = [
+    "ruff==0.17.6",
+    "validate-pyproject[all]==0.27",
+    "mypy==2.4.1",
+    "check-jsonschema==0.39.0",
+    "pyelftools==0.33",
+]
 LINTED = ["loader", "tests", "noxfile.py", "ci", "bench", "examples"]
 
 

@@ -14,10 +14,14 @@ cp -r "$REPO/tests" /tmp/t && cd /tmp || exit 1
   2>&1 | tee "$OUT/doctor.txt"
 python3 -m pytest /tmp/t/test_gpu.py -p no:cacheprovider --rootdir=/tmp/t -q -o addopts="" -o junit_family=xunit1 --junitxml="$OUT/gpu-junit.xml" -rA 2>&1 \
   | tee "$OUT/gpu_tests.log" | tail -25
-if [ "${SKIP_STUDY:-0}" != 1 ]; then
+if [ "${SKIP_STUDY:-0}" != 1 ]; then  # the kernel-shape study (bench/kernel_shapes.cu), once
   nvcc -O3 -arch=sm_90 -o /tmp/shapes "$REPO/bench/kernel_shapes.cu" && /tmp/shapes | tee "$OUT/shapes.json"
-  ncu --clock-control none --kernel-name regex:'add_kernel|elementwise' \
-    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__block_size,lts__t_sectors_srcunit_tex_op_write.sum \
-    python3 "$REPO/bench/ncu_add.py" > "$OUT/ncu.txt" 2>&1; echo "ncu exit $?"; grep -E "add_kernel|elementwise|duration|dram__|warps|grid_size" "$OUT/ncu.txt" | head -40
 fi
+ncu --clock-control none --kernel-name regex:'add_kernel|elementwise' \
+  --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__block_size \
+  python3 "$REPO/bench/ncu_add.py" > "$OUT/ncu.txt" 2>&1; echo "ncu exit $?"
+grep -E "add_kernel|CUDAFunctor_add|duration|dram__throughput|grid_size" "$OUT/ncu.txt" | head -24
+# Where `import cuplug` spends its time on this machine, and the decision with the real driver.
+python3 -X importtime -c "import cuplug" 2> "$OUT/importtime.txt"; sort -t'|' -k2 -n "$OUT/importtime.txt" | tail -12
+python3 "$REPO/bench/decision_bench.py" "$OUT/decision.json"
 python3 "$REPO/bench/gpu_bench.py" "$OUT/bench.json" 2>&1 | tee -a "$OUT/run.log" | tail -40

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes docs/reliability.md from the JUnit XML of real runs (stdlib only).
 
-    python3 ci/reliability_table.py --run "CPU: Debian 12, 2 cores, no GPU=build/junit-tests.xml" \
+    python3 ci/reliability_table.py --run "CPU: Debian 12 VM, 2 cores, no GPU, fake libcuda.so.1=bench/results/cpu-2026-12-03-junit.xml" \
         --run "GPU: NVIDIA H200, driver 580.159.04=bench/results/h200-2026-12-03-gpu-junit.xml" > docs/reliability.md
 
 Rows come from tests marked ``@pytest.mark.reliability(case=, how=, expect=)``:
@@ -87,7 +87,10 @@ def render(rows: OrderedDict, headers: list[str], labels: list[str]) -> str:
     out.append("| --- | --- | --- | --- | " + " | ".join("---" for _ in labels) + " |")
     for key, row in rows.items():
         cells = [row["case"], row["how"], row["expect"], f"`{key}`"]
-        cells += [_cell(row["results"].get(label, [])) if label in row["results"] else "not run" for label in labels]
+        cells += [
+            _cell(row["results"].get(label, [])) if label in row["results"] else "— (not in this run)"
+            for label in labels
+        ]
         out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     measured = [(key, where, values) for key, row in rows.items() for where, values in row["measured"].items()]
     if measured:

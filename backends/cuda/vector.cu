@@ -86,13 +86,13 @@ __global__ void sum_final_kernel(const double* __restrict__ partials, int count,
 }
 
 int add(const cuplug_call* c) {
-  add_kernel<<<cuplug_cuda_blocks(c, c->n / 4, kThreads), kThreads, 0, (cudaStream_t)c->stream>>>(c->x, c->y, c->out,
+  add_kernel<<<cuplug_cuda_full_grid(c->n / 4, kThreads), kThreads, 0, (cudaStream_t)c->stream>>>(c->x, c->y, c->out,
                                                                                                   c->n);
   return CUPLUG_OK;
 }
 
 int scale_add(const cuplug_call* c) {
-  scale_add_kernel<<<cuplug_cuda_blocks(c, c->n / 4, kThreads), kThreads, 0, (cudaStream_t)c->stream>>>(
+  scale_add_kernel<<<cuplug_cuda_full_grid(c->n / 4, kThreads), kThreads, 0, (cudaStream_t)c->stream>>>(
       c->x, c->alpha, c->beta, c->out, c->n);
   return CUPLUG_OK;
 }

@@ -13,7 +13,6 @@ import ctypes
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 from typing import Any
 
@@ -166,6 +165,8 @@ def probe() -> ProbeResult:
 
 def probe_isolated(timeout: float = 30.0) -> ProbeResult:
     """The same probe in a child process, so this process never initializes CUDA (safe before fork)."""
+    import subprocess  # here, not at the top: it is a tenth of `import cuplug`
+
     try:
         out = subprocess.run(
             [sys.executable, "-c", "import json,cuplug.driver as d;print(json.dumps(d.probe().to_json()))"],

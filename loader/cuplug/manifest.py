@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import os
 import re
-from importlib.metadata import entry_points
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,53 @@ def read_manifest(directory: Path, cuda: str = "") -> tuple[Artifact, ...]:
 
 
 CPU_ENTRY_POINT_GROUP = "cuplug.cpu_backends"
+
+
+@dataclasses.dataclass(frozen=True)
+class EntryPoint:
+    name: str
+    value: str
+
+
+def entry_points(group: str) -> list[EntryPoint]:
+    """The entry points of `group` of every installed distribution, first on sys.path winning.
+
+    The same answer as ``importlib.metadata.entry_points(group=...)`` for installed wheels
+    (``*.dist-info/entry_points.txt``, the INI format of PyPA's entry points specification),
+    without importing importlib.metadata, which cost 13 ms of the 37 ms ``import cuplug`` took
+    on the 2-core CI machine. Zipped or egg paths on sys.path are not searched: cuplug's
+    backends ship as wheels.
+    """
+    seen: set[str] = set()
+    found: list[EntryPoint] = []
+    for entry in sys.path:
+        try:
+            names = sorted(os.listdir(entry or "."))
+        except OSError:
+            continue
+        for meta in names:
+            if not meta.endswith(".dist-info"):
+                continue
+            dist = re.sub(r"[-_.]+", "_", meta[: -len(".dist-info")].split("-")[0]).lower()
+            if dist in seen:
+                continue
+            seen.add(dist)
+            try:
+                with open(os.path.join(entry or ".", meta, "entry_points.txt"), encoding="utf-8") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            section = None
+            for line in text.splitlines():
+                line = line.strip()
+                if not line or line[0] in "#;":
+                    continue
+                if line.startswith("[") and line.endswith("]"):
+                    section = line[1:-1].strip()
+                elif section == group and "=" in line:
+                    name, _, value = line.partition("=")
+                    found.append(EntryPoint(name.strip(), value.strip()))
+    return found
 
 
 def cpu_twin_path(backend: str) -> Path | None:

@@ -77,23 +77,35 @@ def tests(session: nox.Session) -> None:
         "--no-deps",
         "cuplug",
     )
-    # From a directory outside the tree: nothing is imported from the checkout.
+    # The JUnit XML feeds docs/reliability.md (python ci/reliability_table.py).
+    _pytest_outside_tree(session, ROOT / "tests", f"--junitxml={ROOT / 'build' / 'junit-tests.xml'}")
+
+
+def _pytest_outside_tree(session: nox.Session, target: Path, *args: str) -> None:
+    """pytest from a directory outside the tree: nothing is imported from the checkout."""
     with tempfile.TemporaryDirectory() as tmp:
         session.chdir(tmp)
-        # The JUnit XML feeds docs/reliability.md (python ci/reliability_table.py).
         session.run(
             "python",
             "-m",
             "pytest",
-            str(ROOT / "tests"),
+            str(target),
             "-p",
             "no:cacheprovider",
             f"--rootdir={ROOT}",
             "-c",
             str(ROOT / "pyproject.toml"),
-            f"--junitxml={ROOT / 'build' / 'junit-tests.xml'}",
+            *args,
             *session.posargs,
         )
+
+
+def _install_built_extras(session: nox.Session) -> None:
+    """cuplug[cuda12,cuda13] from dist/ (nox -s wheels), offline."""
+    wheels(session)
+    session.install(
+        "--no-index", "--find-links", str(ROOT / "dist"), "--find-links", str(DEPS), "cuplug[cuda12,cuda13]"
+    )
 
 
 # The extras are the one list of backend wheels: cuda12 -> "cuplug-cuda12==0.1.0".
@@ -227,35 +239,14 @@ def main(session: nox.Session) -> None:
 def gpu_tests(session: nox.Session) -> None:
     """The `gpu` tests against the installed wheels (needs a GPU; they skip without one)."""
     session.install(*TEST_DEPS)  # cuda-bindings, for the cross-check, comes from the host if present
-    wheels(session)
-    session.install(
-        "--no-index", "--find-links", str(ROOT / "dist"), "--find-links", str(DEPS), "cuplug[cuda12,cuda13]"
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        session.chdir(tmp)
-        session.run(
-            "python",
-            "-m",
-            "pytest",
-            str(ROOT / "tests" / "test_gpu.py"),
-            "-p",
-            "no:cacheprovider",
-            f"--rootdir={ROOT}",
-            "-c",
-            str(ROOT / "pyproject.toml"),
-            "-m",
-            "gpu",
-            *session.posargs,
-        )
+    _install_built_extras(session)
+    _pytest_outside_tree(session, ROOT / "tests" / "test_gpu.py", "-m", "gpu")
 
 
 @nox.session(default=False)
 def decision_bench(session: nox.Session) -> None:
     """import + probe + select + verify on the fake driver, fresh processes; JSON in bench/results/."""
-    wheels(session)
-    session.install(
-        "--no-index", "--find-links", str(ROOT / "dist"), "--find-links", str(DEPS), "cuplug[cuda12,cuda13]"
-    )
+    _install_built_extras(session)
     fake = ROOT / "build" / "fake_cuda"
     fake.mkdir(parents=True, exist_ok=True)
     session.run(
@@ -279,10 +270,7 @@ def decision_bench(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """GPU benchmarks side by side with torch and CuPy (needs a GPU, torch, cupy); JSON + PNG in bench/results/."""
     session.install("numpy==2.4.6", "matplotlib")
-    wheels(session)
-    session.install(
-        "--no-index", "--find-links", str(ROOT / "dist"), "--find-links", str(DEPS), "cuplug[cuda12,cuda13]"
-    )
+    _install_built_extras(session)
     out = ROOT / "bench" / "results" / "latest.json"
     session.run("python", str(ROOT / "bench" / "gpu_bench.py"), str(out))
     session.run("python", str(ROOT / "bench" / "plot.py"), str(out))

@@ -50,21 +50,14 @@ def cpu_lib_path() -> Path:
 def fake_driver_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Builds tests/fake_cuda/fake_libcuda.c into <tmp>/libcuda.so.1."""
     out = tmp_path_factory.mktemp("fake_cuda")
+    build_shared_library(HERE / "fake_cuda" / "fake_libcuda.c", out / "libcuda.so.1", "-ldl")
+    return out
+
+
+def build_shared_library(source: Path, out: Path, *flags: str) -> Path:
+    """A test-only C shared library, with $CC (default cc)."""
     cc = os.environ.get("CC", "cc")
-    subprocess.run(
-        [
-            cc,
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wall",
-            "-o",
-            str(out / "libcuda.so.1"),
-            str(HERE / "fake_cuda" / "fake_libcuda.c"),
-            "-ldl",
-        ],
-        check=True,
-    )
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-o", str(out), str(source), *flags], check=True)
     return out
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -24,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import HERE, ROOT, clean_env, env_for, needs_wheels, run_cli, run_json, run_py
+from conftest import HERE, ROOT, build_shared_library, clean_env, env_for, needs_wheels, run_cli, run_json, run_py
 
 DECIDE_LOAD = (
     "import json, cuplug; b = cuplug.load(); t = b.trace; r = b.run('sum', memoryview(bytearray(16))"
@@ -43,7 +42,6 @@ rel = pytest.mark.reliability
 def odd_backends(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """tests/fake_backends/odd_backend.c built three ways (see its header)."""
     out = tmp_path_factory.mktemp("odd")
-    cc = os.environ.get("CC", "cc")
     kinds = {
         "abi99": ["-DODD_ABI_VERSION=99"],
         "create-null": ["-DODD_CREATE_NULL"],
@@ -51,22 +49,12 @@ def odd_backends(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
     built = {}
     for kind, flags in kinds.items():
-        built[kind] = out / f"{kind}.so"
-        subprocess.run(
-            [
-                cc,
-                "-shared",
-                "-fPIC",
-                "-O1",
-                "-Wall",
-                "-fvisibility=hidden",
-                *flags,
-                f"-I{ROOT / 'backends' / 'include'}",
-                "-o",
-                str(built[kind]),
-                str(HERE / "fake_backends" / "odd_backend.c"),
-            ],
-            check=True,
+        built[kind] = build_shared_library(
+            HERE / "fake_backends" / "odd_backend.c",
+            out / f"{kind}.so",
+            "-fvisibility=hidden",
+            *flags,
+            f"-I{ROOT / 'backends' / 'include'}",
         )
     return built
 

@@ -16,6 +16,40 @@ def fake(fake_driver_dir, **env):
     return clean_env(LD_LIBRARY_PATH=str(fake_driver_dir), **env)
 
 
+BINDINGS_VS_CUPLUG = """
+import json, cuplug
+from cuda.bindings import driver as d
+def ok(r):
+    err, *v = r
+    assert int(err) == 0, err
+    return v[0] if v else None
+ok(d.cuInit(0))
+A = d.CUdevice_attribute
+theirs = {"driver_version": ok(d.cuDriverGetVersion()), "devices": []}
+for i in range(ok(d.cuDeviceGetCount())):
+    dev = ok(d.cuDeviceGet(i))
+    cc = [ok(d.cuDeviceGetAttribute(getattr(A, f"CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_{p}"), dev))
+          for p in ("MAJOR", "MINOR")]
+    theirs["devices"].append({"capability": f"{cc[0]}.{cc[1]}", "memory_bytes": ok(d.cuDeviceTotalMem(dev)),
+                              "uuid": bytes(ok(d.cuDeviceGetUuid(dev)).bytes).hex(),
+                              "name": ok(d.cuDeviceGetName(256, dev)).split(b"\\0")[0].decode()})
+ours = cuplug.probe()
+ours = {"driver_version": ours["driver_version"], "devices": [
+    {"capability": x["capability"], "memory_bytes": x["memory_bytes"], "uuid": x["uuid"].replace("-", "")[3:],
+     "name": x["name"]} for x in ours["devices"]]}
+print(json.dumps([theirs, ours]))
+"""
+
+
+def test_fake_driver_serves_nvidias_bindings_and_agrees_with_the_probe(fake_driver_dir):
+    pytest.importorskip("cuda.bindings.driver")
+    env = fake(
+        fake_driver_dir, FAKE_CUDA_DEVICES="9.0,8.6", FAKE_CUDA_DRIVER_VERSION="12040", CUDA_VISIBLE_DEVICES="1,0"
+    )
+    theirs, ours = run_json(BINDINGS_VS_CUPLUG, env)
+    assert theirs == ours and [x["capability"] for x in ours["devices"]] == ["8.6", "9.0"]
+
+
 @pytest.mark.reliability(
     case="no driver", how="no libcuda.so.1 on the search path", expect="no-driver, CPU fallback, `cuplug probe` exit 10"
 )

@@ -138,7 +138,14 @@ CUresult cuGetErrorName(CUresult err, const char** s) {
 }
 CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, unsigned long long flags) {
     (void)version; (void)flags;
-    *pfn = self_handle ? dlsym(self_handle, symbol) : NULL;
+    /* The real driver maps a base name to its newest ABI ("cuDeviceTotalMem" -> _v2). */
+    static const char* suffixes[] = {"_v2", ""};
+    *pfn = NULL;
+    for (int i = 0; i < 2 && self_handle && *pfn == NULL; ++i) {
+        char name[128];
+        snprintf(name, sizeof name, "%s%s", symbol, suffixes[i]);
+        *pfn = dlsym(self_handle, name);
+    }
     return *pfn ? 0 : 500; /* CUDA_ERROR_NOT_FOUND */
 }
 CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, unsigned long long flags, int* status) {

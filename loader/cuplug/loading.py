@@ -117,6 +117,7 @@ def decide(backend: str = "vector", device: int | str | None = None, env: dict[s
     artifacts = [a for p in packages for a in p.artifacts if a.backend == backend]
     probe = None if pol.forced == "cpu" else driver.probe()
     dev, problem = (None, None) if probe is None else _device_facts(probe, pol.device)
+    unusable = [(p.cuda, f"{p.module}: {p.error}") for p in packages if p.error]  # manifests that could not be read
     candidates = select.rank(
         artifacts,
         dev.capability if dev else None,
@@ -124,14 +125,8 @@ def decide(backend: str = "vector", device: int | str | None = None, env: dict[s
         forced=pol.forced,
         forced_cuda=pol.forced_cuda,
         device_problem=problem,
+        unusable_packages=unusable,
     )
-    # An installed package whose manifest is unusable is a rejected candidate too, so it shows.
-    unusable = [
-        select.Candidate("manifest", p.cuda, False, reasons.ARTIFACT_CORRUPT, f"{p.module}: {p.error}", 99)
-        for p in packages
-        if p.error
-    ]
-    candidates[-1:-1] = unusable
     first = candidates[0]
     if first.variant != "cpu" or first.code == reasons.FORCED:
         return Trace(backend, pol, probe, packages, candidates, first, first.code, first.reason, env_report)
@@ -139,7 +134,7 @@ def decide(backend: str = "vector", device: int | str | None = None, env: dict[s
     if problem is not None:
         code, why = problem
     elif not artifacts and unusable:
-        code, why = reasons.ARTIFACT_CORRUPT, "no usable manifest: " + "; ".join(c.reason for c in unusable)
+        code, why = reasons.ARTIFACT_CORRUPT, "no usable manifest: " + "; ".join(why for _, why in unusable)
     elif not artifacts:
         hint = (
             "pip install 'cuplug[cuda12]' or 'cuplug[cuda13]'"

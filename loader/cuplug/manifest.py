@@ -146,14 +146,21 @@ def entry_points(group: str) -> list[EntryPoint]:
     return found
 
 
+def _package_dir(module: str) -> Path | None:
+    """The directory of an installed package, found without importing it (None: not installed)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
 def cpu_twin_path(backend: str) -> Path | None:
     """Where the package registered for `backend` in ``cuplug.cpu_backends`` keeps its CPU twin
     (None: no installed package registers it)."""
     for ep in entry_points(group=CPU_ENTRY_POINT_GROUP):
-        if ep.name == backend:
-            spec = importlib.util.find_spec(ep.value)
-            if spec is not None and spec.submodule_search_locations:
-                return Path(next(iter(spec.submodule_search_locations))).resolve() / f"libcuplug_{backend}_cpu.so"
+        directory = _package_dir(ep.value) if ep.name == backend else None
+        if directory is not None:
+            return directory / f"libcuplug_{backend}_cpu.so"
     return None
 
 
@@ -167,16 +174,14 @@ def installed_packages() -> tuple[InstalledPackage, ...]:
     """Every registered backend package, sorted by name, each with its artifacts or its error."""
     found = []
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        spec = importlib.util.find_spec(ep.value)
-        if spec is None or not spec.submodule_search_locations:
-            found.append(
-                InstalledPackage(_cuda_of_name(ep.name), ep.value, Path("."), error=f"module {ep.value} not found")
-            )
+        cuda = _cuda_of_name(ep.name)
+        directory = _package_dir(ep.value)
+        if directory is None:
+            found.append(InstalledPackage(cuda, ep.value, Path("."), error=f"module {ep.value} not found"))
             continue
-        directory = Path(next(iter(spec.submodule_search_locations))).resolve()
         try:
-            arts = read_manifest(directory, _cuda_of_name(ep.name))
-            found.append(InstalledPackage(arts[0].cuda if arts else _cuda_of_name(ep.name), ep.value, directory, arts))
+            arts = read_manifest(directory, cuda)
+            found.append(InstalledPackage(arts[0].cuda if arts else cuda, ep.value, directory, arts))
         except ManifestError as exc:
-            found.append(InstalledPackage(_cuda_of_name(ep.name), ep.value, directory, error=str(exc)))
+            found.append(InstalledPackage(cuda, ep.value, directory, error=str(exc)))
     return tuple(found)

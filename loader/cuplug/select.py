@@ -53,6 +53,7 @@ PTX_ISA_DRIVER: dict[str, int] = {
 }
 
 TIER_EXACT_SASS, TIER_LOWER_MINOR_SASS, TIER_PTX, TIER_CPU, TIER_FORCED = 1, 2, 3, 4, 0
+TIER_REJECTED = 99  # rejected candidates sort after every accepted one
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +118,7 @@ def judge(artifact: Artifact, cc: tuple[int, int], driver: int) -> Candidate:
     """Accepts or rejects one artifact for a device of capability ``cc`` on a driver of version ``driver``."""
 
     def reject(code: str, why: str) -> Candidate:
-        return Candidate(artifact.variant, artifact.cuda, False, code, why, 99, artifact)
+        return Candidate(artifact.variant, artifact.cuda, False, code, why, TIER_REJECTED, artifact)
 
     if driver < artifact.min_driver:
         return reject(
@@ -175,6 +176,7 @@ def rank(
     forced: str | None = None,
     forced_cuda: str | None = None,
     device_problem: tuple[str, str] | None = None,
+    unusable_packages: list[tuple[str, str]] | tuple[tuple[str, str], ...] = (),
 ) -> list[Candidate]:
     """Every artifact judged and ordered, the CPU backend last.
 
@@ -182,9 +184,15 @@ def rank(
     (no driver, no device...). ``forced`` puts that variant first, accepted with
     code ``forced`` whatever the rules say (it is still verified and pinged, and
     the rest follow as the fall-through); ``forced="cpu"`` keeps only the CPU.
+    ``unusable_packages`` (cuda, why) are installed packages whose manifest could
+    not be read: each is a rejected ``manifest`` candidate (artifact-corrupt), so it shows.
     """
+    broken = [
+        Candidate("manifest", cuda, False, reasons.ARTIFACT_CORRUPT, why, TIER_REJECTED)
+        for cuda, why in unusable_packages
+    ]
     if forced == "cpu":
-        return [cpu_candidate(reasons.FORCED, "CUPLUG_BACKEND=cpu")]
+        return [*broken, cpu_candidate(reasons.FORCED, "CUPLUG_BACKEND=cpu")]
     if device_problem is None and capability is not None and capability < MIN_CAPABILITY:
         device_problem = (
             reasons.CAPABILITY_TOO_LOW,
@@ -194,7 +202,7 @@ def rank(
     for a in artifacts:
         if device_problem is not None or capability is None or driver_version is None:
             code, why = device_problem or (reasons.NO_DEVICE, "no device facts")
-            c = Candidate(a.variant, a.cuda, False, code, why, 99, a)
+            c = Candidate(a.variant, a.cuda, False, code, why, TIER_REJECTED, a)
         else:
             c = judge(a, capability, driver_version)
         if forced and a.variant == forced and (forced_cuda in (None, a.cuda)) and device_problem is None:
@@ -208,4 +216,4 @@ def rank(
         judged.append(c)
     accepted = sorted((c for c in judged if c.accepted), key=_order_key)
     rejected = sorted((c for c in judged if not c.accepted), key=lambda c: (c.cuda or "", c.variant))
-    return [*accepted, *rejected, cpu_candidate()]
+    return [*accepted, *rejected, *broken, cpu_candidate()]

@@ -128,6 +128,9 @@ def test_two_gpus_of_different_capability_choose_per_device(site, fake_driver_di
 def test_capability_below_minimum(site, fake_driver_dir, tmp_path):
     got = outcome(site, fake_driver_dir, FAKE_CUDA_DEVICES="7.0")
     assert got["code"] == "capability-too-low" and got["variant"] == "cpu" and got["sum"] == 0.0
+    # explain() alone (nothing loaded) names the CPU as the decision, with the same code.
+    code = "import json, cuplug; t = cuplug.explain(); print(json.dumps([t.decision.label, t.decision_code]))"
+    assert run_json(code, env_for(site, fake_driver_dir, FAKE_CUDA_DEVICES="7.0")) == ["cpu", "capability-too-low"]
     assert {c[2] for c in got["candidates"] if c[0] != "cpu"} == {"capability-too-low"}
     env = env_for(site, fake_driver_dir, FAKE_CUDA_DEVICES="7.0")
     assert run_cli(["probe"], env, cwd=tmp_path).returncode == 12

@@ -128,7 +128,7 @@ def decide(backend: str = "vector", device: int | str | None = None, env: dict[s
         unusable_packages=unusable,
     )
     first = candidates[0]
-    if first.variant != "cpu" or first.code == reasons.FORCED:
+    if first.accepted and (first.variant != "cpu" or first.code == reasons.FORCED):
         return Trace(backend, pol, probe, packages, candidates, first, first.code, first.reason, env_report)
     # Falling back to the CPU: say why in one code.
     if problem is not None:
@@ -147,7 +147,7 @@ def decide(backend: str = "vector", device: int | str | None = None, env: dict[s
         code = next((p for p in _REJECTION_PRIORITY if p in codes), reasons.NO_COMPATIBLE_ARTIFACT)
         why = next(c.reason for c in candidates if c.code == code)
         why = f"every installed artifact rejected; e.g. {why}"
-    return Trace(backend, pol, probe, packages, candidates, first, code, why, env_report)
+    return Trace(backend, pol, probe, packages, candidates, candidates[-1], code, why, env_report)
 
 
 def _try_load(path: Path, device: str | None) -> tuple[abi.BackendLibrary, int, dict[str, Any]]:

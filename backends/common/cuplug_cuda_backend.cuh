@@ -188,10 +188,10 @@ int call_op(const cuplug_op* op, cuplug_backend* h, cudaStream_t stream, const f
   return rc;
 }
 
+// The same on the instance's own stream, the error recorded as the instance's.
 int run_op(cuplug_backend* h, const cuplug_op* op, const float* x, const float* y, float alpha, float beta, float* out,
            long long n) {
-  int rc = call_op(op, h, h->stream, x, y, alpha, beta, out, n, h->last_error, sizeof h->last_error);
-  return rc;
+  return call_op(op, h, h->stream, x, y, alpha, beta, out, n, h->last_error, sizeof h->last_error);
 }
 
 int ensure_host_arrays(cuplug_backend* h, size_t bytes) {
@@ -207,9 +207,10 @@ int ensure_host_arrays(cuplug_backend* h, size_t bytes) {
 int ensure_stager(cuplug_backend* h, int i) {
   Stager* st = &h->stagers[i];
   if (st->stream) return CUPLUG_OK;
-  for (int k = 0; k < 2; ++k) {
-    CUPLUG_TRY(cudaMallocHost(&st->pinned[k], 3 * kChunkBytes), "cudaMallocHost(staging)");
-    CUPLUG_TRY(cudaEventCreateWithFlags(&st->slot_free[k], cudaEventDisableTiming), "cudaEventCreate(staging)");
+  for (int k = 0; k < 2; ++k) {  // after a failed attempt, keep what was made (release() frees it)
+    if (!st->pinned[k]) CUPLUG_TRY(cudaMallocHost(&st->pinned[k], 3 * kChunkBytes), "cudaMallocHost(staging)");
+    if (!st->slot_free[k])
+      CUPLUG_TRY(cudaEventCreateWithFlags(&st->slot_free[k], cudaEventDisableTiming), "cudaEventCreate(staging)");
   }
   CUPLUG_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking), "cudaStreamCreate(staging)");
   return CUPLUG_OK;
@@ -359,6 +360,18 @@ cuplug_buffer* buffer_for(cuplug_backend* h, long long id, long long n, const ch
     b = nullptr;
   }
   return b;
+}
+
+// Copies n floats between a host array and buffer id (to_host: download), through the stagers.
+int copy_buffer(cuplug_backend* h, long long id, float* host, long long n, bool to_host) {
+  const char* what = to_host ? "download" : "upload";
+  int rc = CUPLUG_OK;
+  cuplug_buffer* b = buffer_for(h, id, n, what, &rc);
+  if (!b) return rc;
+  if (!host) return h->fail(CUPLUG_E_INVALID_ARGUMENT, "%s: NULL host pointer", what);
+  CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
+  size_t bytes = (size_t)n * sizeof(float);
+  return to_host ? download_staged(h, host, b->ptr, bytes) : upload_staged(h, b->ptr, host, bytes);
 }
 
 void release(cuplug_backend* h) {
@@ -549,23 +562,13 @@ CUPLUG_API long long cuplug_backend_alloc(cuplug_backend* h, long long n) {
 CUPLUG_API int cuplug_backend_upload(cuplug_backend* h, long long id, const float* host, long long n) {
   if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
   cuplug_cuda::Guard guard(&h->lock);
-  int rc = CUPLUG_OK;
-  cuplug_buffer* b = cuplug_cuda::buffer_for(h, id, n, "upload", &rc);
-  if (!b) return rc;
-  if (!host) return h->fail(CUPLUG_E_INVALID_ARGUMENT, "upload: NULL host pointer");
-  CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
-  return cuplug_cuda::upload_staged(h, b->ptr, host, (size_t)n * sizeof(float));
+  return cuplug_cuda::copy_buffer(h, id, const_cast<float*>(host), n, false);
 }
 
 CUPLUG_API int cuplug_backend_download(cuplug_backend* h, long long id, float* host, long long n) {
   if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
   cuplug_cuda::Guard guard(&h->lock);
-  int rc = CUPLUG_OK;
-  cuplug_buffer* b = cuplug_cuda::buffer_for(h, id, n, "download", &rc);
-  if (!b) return rc;
-  if (!host) return h->fail(CUPLUG_E_INVALID_ARGUMENT, "download: NULL host pointer");
-  CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
-  return cuplug_cuda::download_staged(h, host, b->ptr, (size_t)n * sizeof(float));
+  return cuplug_cuda::copy_buffer(h, id, host, n, true);
 }
 
 CUPLUG_API int cuplug_backend_run_resident(cuplug_backend* h, const char* op, long long in_id, long long in2_id,

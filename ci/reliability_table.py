@@ -2,7 +2,7 @@
 """Writes docs/reliability.md from the JUnit XML of real runs (stdlib only).
 
     python3 ci/reliability_table.py --run "CPU: Debian 12 VM, 2 cores, no GPU, fake libcuda.so.1=bench/results/cpu-2026-12-03-junit.xml" \
-        --run "GPU: NVIDIA H200, driver 580.159.04=bench/results/h200-2026-12-03-gpu-junit.xml" > docs/reliability.md
+        --run "GPU: NVIDIA H200, driver 580.159.04=bench/results/h200-2026-12-03-final-gpu-junit.xml" > docs/reliability.md
 
 Rows come from tests marked ``@pytest.mark.reliability(case=, how=, expect=)``:
 tests/conftest.py records those three as JUnit properties, next to any measurement

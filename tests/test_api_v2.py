@@ -370,3 +370,12 @@ def test_stream_arguments(b):
         with pytest.raises(cuplug.InvalidInputError, match="stream"):
             stream_handle(bad)
     np.testing.assert_array_equal(b.run("add", np.ones(2, np.float32), np.ones(2, np.float32), stream=0), [2, 2])
+
+
+def test_the_tensor_descriptor_is_dlpacks_dltensor():
+    import ctypes
+
+    from cuplug import abi
+
+    assert ctypes.sizeof(abi.CTensor) == 48 and abi.CTensor.shape.offset == 24 and abi.CTensor.byte_offset.offset == 40
+    assert ctypes.sizeof(abi.CDtype) == 4 and abi.CTensor.dtype.offset == 20

@@ -537,7 +537,7 @@ static inline int cuplug_check_call(const cuplug_op* op, const cuplug_tensor* in
         long long n = 0;
         rc = cuplug_check_tensor(op->name, spec->name, &out[k], &n, err, err_len);
         if (rc != CUPLUG_OK) return rc;
-        cuplug_dtype dtype;
+        cuplug_dtype dtype = {0, 0, 0};
         int ndim = 0;
         int64_t shape[CUPLUG_MAX_NDIM];
         rc = cuplug_expected_output(op, k, in, n_in, normalized, &dtype, &ndim, shape, err, err_len);

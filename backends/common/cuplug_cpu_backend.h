@@ -44,7 +44,9 @@ struct cuplug_backend {
 
 static pthread_mutex_t cuplug_cpu_list_lock = PTHREAD_MUTEX_INITIALIZER;
 static cuplug_backend* cuplug_cpu_instances = NULL;
-static pthread_once_t cuplug_cpu_atfork_once = PTHREAD_ONCE_INIT;
+/* Not pthread_once: that is a GLIBC_2.34 symbol when linked on a new host, and the main wheel's
+ * CPU twin must stay manylinux_2_17. The flag is read and set under cuplug_cpu_list_lock. */
+static int cuplug_cpu_atfork_registered = 0;
 static __thread char cuplug_cpu_create_error[CUPLUG_ERR_LEN];
 
 static void cuplug_cpu_prefork(void) {
@@ -83,7 +85,12 @@ CUPLUG_API cuplug_backend* cuplug_backend_create(const char* device_pref) {
                  device_pref);
         return NULL;
     }
-    pthread_once(&cuplug_cpu_atfork_once, cuplug_cpu_register_atfork);
+    pthread_mutex_lock(&cuplug_cpu_list_lock);
+    if (!cuplug_cpu_atfork_registered) {
+        cuplug_cpu_register_atfork();
+        cuplug_cpu_atfork_registered = 1;
+    }
+    pthread_mutex_unlock(&cuplug_cpu_list_lock);
     cuplug_backend* h = (cuplug_backend*)calloc(1, sizeof(*h));
     if (h == NULL) {
         snprintf(cuplug_cpu_create_error, CUPLUG_ERR_LEN, "out of host memory creating the cpu backend");

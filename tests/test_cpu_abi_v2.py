@@ -1194,3 +1194,169 @@ def test_fork_during_a_call_does_not_deadlock(lib_path, tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("ok")
+
+
+# ---- the C ABI, fuzzed --------------------------------------------------------------------------
+
+try:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+except ImportError:  # hypothesis is a test dependency; without it only the fuzz test is skipped
+    given = None
+
+SHAPES = [(), (0,), (1,), (5,), (2, 3), (3, 0, 2), (1, 4, 1)]
+OPS = ["add", "scale_add", "sum", "", "mul", None]
+BAD_DTYPE = "complex64"
+
+
+def _fuzz_expect(op, dtype, shape, device, null_data, layout, out_kind, attrs_kind):
+    """True if the call is valid (then it must succeed and be right)."""
+    numel = int(np.prod(shape, dtype=np.int64))
+    if op not in ("add", "scale_add", "sum") or dtype == BAD_DTYPE or device not in (DEVICE_CPU, DEVICE_CUDA_HOST):
+        return False
+    if null_data and numel > 0:
+        return False
+    if layout == "transposed" and numel > 0 and sum(1 for s in shape if s != 1) >= 2:
+        return False
+    if out_kind != "good":
+        return False
+    if op == "scale_add":
+        return attrs_kind in ("none", "good")
+    return attrs_kind == "none"
+
+
+if given is not None:
+    call_st = st.tuples(
+        st.just("call"),
+        st.sampled_from(OPS),
+        st.sampled_from([*DTYPES, BAD_DTYPE]),
+        st.sampled_from(SHAPES),
+        st.sampled_from([DEVICE_CPU, DEVICE_CUDA_HOST, DEVICE_CUDA, 9]),
+        st.booleans(),  # NULL data
+        st.sampled_from(["none", "c", "transposed"]),  # strides
+        st.sampled_from(["good", "dtype", "shape"]),  # output
+        st.sampled_from(["none", "good", "unknown", "twice", "kind", "fraction"]),  # attributes
+    )
+    slot_st = st.integers(0, 7)  # 0..5: a known id (0: another instance's), 6..7: made up
+    fuzz_st = st.one_of(
+        call_st,
+        st.tuples(
+            st.just("alloc"),
+            st.sampled_from([*DTYPES, BAD_DTYPE]),
+            st.sampled_from([*SHAPES, (-1,), (2**62, 2**3), (1,) * 33]),
+        ),
+        st.tuples(st.just("copy"), st.sampled_from(["upload", "download"]), slot_st, st.sampled_from([0, -1, 1, None])),
+        st.tuples(st.just("tensor"), slot_st),
+        st.tuples(st.just("free"), slot_st),
+        st.tuples(st.just("resident"), st.sampled_from(OPS), slot_st, slot_st),
+        st.tuples(st.just("null-handle"), st.sampled_from(["call", "alloc", "free", "sync", "ping", "tensor"])),
+    )
+
+    @pytest.mark.reliability(
+        case="bad input to the C ABI, fuzzed",
+        how="hypothesis: 300 random call sequences on the CPU backend (unknown ops and dtypes, CUDA or unknown "
+        "devices, NULL data, non-contiguous strides, wrong outputs, bad attributes, bad shapes, ids freed, "
+        "of another instance or made up, wrong byte counts, NULL handle)",
+        expect="every call returns a documented status and, on error, a message; no crash; valid calls stay correct",
+    )
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(fuzz_st, min_size=1, max_size=25))
+    def test_c_abi_fuzz(lib, calls):
+        h, other = lib.create(), lib.create()
+        rng = np.random.default_rng(1)
+        try:
+            ids = [(lib.alloc(other, "float32", (4,)), 16)]  # (id, nbytes); ids[0] is another instance's
+            host = np.zeros(1 << 12, dtype=np.uint8)
+            for c in calls:
+                kind = c[0]
+                if kind == "call":
+                    _, op, dtype, shape, device, null_data, layout, out_kind, attrs_kind = c
+                    dt = "float32" if dtype == BAD_DTYPE else dtype
+                    x = random_array(dt, shape, rng)
+                    y = random_array(dt, shape, rng)
+                    strides = None
+                    if layout != "none":
+                        strides = [int(np.prod(shape[i + 1 :], dtype=np.int64)) for i in range(len(shape))]
+                        if layout == "transposed":
+                            strides = strides[::-1]
+                    tx = tensor(x, dt, device=device, strides=strides, data=0 if null_data else None)
+                    if dtype == BAD_DTYPE:
+                        tx.dtype = Dtype(5, 64, 1)
+                    ty = tensor(y, dt, device=device, strides=strides)
+                    is_int = dt in INTS
+                    out_dt = ("int64" if is_int else dt) if op == "sum" else dt
+                    out_shape = () if op == "sum" else shape
+                    if out_kind == "shape":
+                        out_shape = (*out_shape, 2)
+                    if out_kind == "dtype":
+                        out_dt = "int32" if out_dt != "int32" else "int8"
+                    out = np.zeros(out_shape, dtype=DTYPES[out_dt][2])
+                    attrs = {
+                        "none": [],
+                        "good": [attr("alpha", 3.0), attr("beta", -2)],
+                        "unknown": [attr("gamma", 1.0)],
+                        "twice": [attr("alpha", 1.0), attr("alpha", 1.0)],
+                        "kind": [Attr(b"alpha", 5, AttrValue(0))],
+                        "fraction": [attr("alpha", 0.5)] if is_int else [attr("beta", 1), attr("zeta", 2)],
+                    }[attrs_kind]
+                    ins = [tx, ty] if op == "add" else [tx]
+                    rc = lib.call(h, op, ins, [tensor(out, out_dt, device=device)], attrs)
+                    valid = _fuzz_expect(op, dtype, shape, device, null_data, layout, out_kind, attrs_kind)
+                    assert rc in CODES and (rc == OK) == valid, (c, rc, lib.error(h))
+                    if rc != OK:
+                        assert lib.error(h), c
+                    elif op == "add":
+                        assert_same_bits(out, ref_add(x, y, dt), dt)
+                    elif op == "scale_add":
+                        a, b = (3.0, -2.0) if attrs_kind == "good" else (1.0, 0.0)
+                        assert_same_bits(out, ref_scale_add(x, a, b, dt), dt)
+                    elif is_int:
+                        assert int(out) == int(x.astype(np.int64).sum(dtype=np.int64))
+                elif kind == "alloc":
+                    _, dtype, shape = c
+                    d = Dtype(5, 64, 1) if dtype == BAD_DTYPE else dtype_of(dtype)
+                    rid = lib.alloc(h, d, shape)
+                    valid = dtype != BAD_DTYPE and len(shape) <= 32 and all(s >= 0 for s in shape)
+                    valid = valid and int(np.prod(shape, dtype=object)) * 8 < 2**40
+                    assert (rid > 0) == valid and (rid > 0 or rid in CODES), (c, rid)
+                    if rid > 0:
+                        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(DTYPES[dtype][2]).itemsize
+                        ids.append((rid, nbytes))
+                elif kind == "copy":
+                    _, which, k, delta = c
+                    rid, nbytes = ids[k % len(ids)] if k < 6 else ((k << 40) | 12345, 16)
+                    n = nbytes + delta if delta is not None else nbytes
+                    fn = getattr(lib.lib, f"cuplug_backend_{which}")
+                    rc = fn(h, rid, host.ctypes.data if delta is not None else None, n)
+                    ok = k < 6 and k % len(ids) != 0 and delta == 0
+                    ok = ok or (k < 6 and k % len(ids) != 0 and delta is None and nbytes == 0)
+                    assert rc in CODES and (rc == OK) == ok, (c, rc, lib.error(h))
+                elif kind == "tensor":
+                    k = c[1]
+                    rid = ids[k % len(ids)][0] if k < 6 else (k << 40) | 12345
+                    rc, _ = lib.descriptor(h, rid)
+                    assert rc in (OK, E_BAD_BUFFER) and (rc == E_BAD_BUFFER if k >= 6 or k % len(ids) == 0 else True)
+                elif kind == "free":
+                    k = c[1]
+                    rid = ids[k % len(ids)][0] if k < 6 else (k << 40) | 12345
+                    rc = lib.lib.cuplug_backend_free(h, rid)
+                    assert rc in (OK, E_BAD_BUFFER) and (rc == E_BAD_BUFFER if k >= 6 or k % len(ids) == 0 else True)
+                elif kind == "resident":
+                    _, op, a, b = c
+                    ta, tb = lib.descriptor(h, ids[a % len(ids)][0])[1], lib.descriptor(h, ids[b % len(ids)][0])[1]
+                    ins = [ta, tb] if op == "add" else [ta]
+                    rc = lib.call(h, op, ins, [tb])
+                    assert rc in CODES, (c, rc)
+                else:
+                    rc = {
+                        "call": lambda: lib.lib.cuplug_backend_call(None, b"add", None, 0, None, 0, None, 0, 0),
+                        "alloc": lambda: lib.alloc(None, "float32", (4,)),
+                        "free": lambda: lib.lib.cuplug_backend_free(None, 1),
+                        "sync": lambda: lib.lib.cuplug_backend_sync(None),
+                        "ping": lambda: lib.lib.cuplug_backend_ping(None, None, 0),
+                        "tensor": lambda: lib.lib.cuplug_backend_tensor(None, 1, None),
+                    }[c[1]]()
+                    assert rc == E_INVALID_ARGUMENT, c
+        finally:
+            lib.destroy(h)
+            lib.destroy(other)

@@ -277,6 +277,8 @@ def random_array(dtype: str, shape, rng) -> np.ndarray:
 def assert_same_bits(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
     want = np.asarray(want)
     assert got.shape == want.shape and got.dtype == want.dtype
+    if got.size == 0:
+        return
     if dtype in FLOATS:
         g, w = as_float(got, dtype).ravel(), as_float(want, dtype).ravel()
         nan = np.isnan(w)
@@ -1266,6 +1268,13 @@ if given is not None:
         rng = np.random.default_rng(1)
         try:
             ids = [(lib.alloc(other, "float32", (4,)), 16)]  # (id, nbytes); ids[0] is another instance's
+            live: set[int] = set()  # ids of h not freed yet
+
+            def pick(k):
+                """(id, nbytes, live) for slot choice k."""
+                rid, nbytes = ids[k % len(ids)] if k < 6 else ((k << 40) | 12345, 16)
+                return rid, nbytes, rid in live
+
             host = np.zeros(1 << 12, dtype=np.uint8)
             for c in calls:
                 kind = c[0]
@@ -1320,27 +1329,26 @@ if given is not None:
                     valid = valid and int(np.prod(shape, dtype=object)) * 8 < 2**40
                     assert (rid > 0) == valid and (rid > 0 or rid in CODES), (c, rid)
                     if rid > 0:
+                        live.add(rid)
                         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(DTYPES[dtype][2]).itemsize
                         ids.append((rid, nbytes))
                 elif kind == "copy":
                     _, which, k, delta = c
-                    rid, nbytes = ids[k % len(ids)] if k < 6 else ((k << 40) | 12345, 16)
+                    rid, nbytes, alive = pick(k)
                     n = nbytes + delta if delta is not None else nbytes
                     fn = getattr(lib.lib, f"cuplug_backend_{which}")
                     rc = fn(h, rid, host.ctypes.data if delta is not None else None, n)
-                    ok = k < 6 and k % len(ids) != 0 and delta == 0
-                    ok = ok or (k < 6 and k % len(ids) != 0 and delta is None and nbytes == 0)
+                    ok = alive and (delta == 0 or (delta is None and nbytes == 0))
                     assert rc in CODES and (rc == OK) == ok, (c, rc, lib.error(h))
+                    if not alive:
+                        assert rc == E_BAD_BUFFER, (c, rc)
                 elif kind == "tensor":
-                    k = c[1]
-                    rid = ids[k % len(ids)][0] if k < 6 else (k << 40) | 12345
-                    rc, _ = lib.descriptor(h, rid)
-                    assert rc in (OK, E_BAD_BUFFER) and (rc == E_BAD_BUFFER if k >= 6 or k % len(ids) == 0 else True)
+                    rid, _, alive = pick(c[1])
+                    assert lib.descriptor(h, rid)[0] == (OK if alive else E_BAD_BUFFER), c
                 elif kind == "free":
-                    k = c[1]
-                    rid = ids[k % len(ids)][0] if k < 6 else (k << 40) | 12345
-                    rc = lib.lib.cuplug_backend_free(h, rid)
-                    assert rc in (OK, E_BAD_BUFFER) and (rc == E_BAD_BUFFER if k >= 6 or k % len(ids) == 0 else True)
+                    rid, _, alive = pick(c[1])
+                    assert lib.lib.cuplug_backend_free(h, rid) == (OK if alive else E_BAD_BUFFER), c
+                    live.discard(rid)
                 elif kind == "resident":
                     _, op, a, b = c
                     ta, tb = lib.descriptor(h, ids[a % len(ids)][0])[1], lib.descriptor(h, ids[b % len(ids)][0])[1]

@@ -1130,8 +1130,9 @@ def test_ping_of_40_ops_is_never_truncated(tmp_path):
 # ---- fork ---------------------------------------------------------------------------------------
 
 FORK_SCRIPT = r"""
-import ctypes, os, sys, threading, time
+import ctypes, os, sys, threading, time, types
 sys.path.insert(0, sys.argv[2])
+sys.modules["conftest"] = types.SimpleNamespace(ROOT=None, build_shared_library=None)  # only the ctypes parts
 from test_cpu_abi_v2 import Lib, tensor, OK
 import numpy as np
 

@@ -62,6 +62,10 @@ def _check(where: str, data: bytes, entry: dict[str, Any] | None) -> Finding:
         return Finding(where, _variant(entry), {}, entry, [f"unreadable device code: {exc}"])
     problems = []
     if entry is not None:
+        try:
+            manifest.Artifact.from_json(entry, "", "")
+        except manifest.ManifestError as exc:
+            problems.append(f"the loader refuses this manifest entry: {exc}")
         for key in FIELDS:
             if found[key] != entry.get(key):
                 problems.append(f"{key}: file has {found[key]}, manifest says {entry.get(key)}")

@@ -38,6 +38,7 @@ int cuplug_backend_abi_version(void) { return 1; }
 
 VICTIM = r"""
 import json, sys, cuplug
+exec(sys.argv[2] if len(sys.argv) > 2 else "")  # a test may swap in another verify (see test_the_race_detects)
 counts = {"loads": 0, "corrupt": 0, "genuine": 0, "other": []}
 for _ in range(int(sys.argv[1])):
     b = cuplug.load()
@@ -75,6 +76,26 @@ print(swaps)
 """
 
 
+def run_victims(env: dict[str, str], processes: int, loads: int, prelude: str = "") -> tuple[list, list[int]]:
+    """``processes`` fresh processes, two at a time, each running load() ``loads`` times."""
+    results, codes = [], []
+    for _ in range(processes // 2):
+        wave = [
+            subprocess.Popen(
+                [sys.executable, "-c", VICTIM, str(loads), prelude],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        for v in wave:
+            results.append(v.communicate(timeout=240))
+            codes.append(v.returncode)
+    return results, codes
+
+
 @pytest.fixture(scope="module")
 def planted_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = tmp_path_factory.mktemp("planted") / "planted.c"
@@ -95,7 +116,8 @@ def _only_cuda13_fatbin(site: Path, tmp_path: Path) -> Path:
 @rel(
     case="artifact swapped or rewritten while loads run (TOCTOU)",
     how="a planted library (constructor writes a marker) renamed over the cuda13 fatbin, or written over it in "
-    "place as `cp` does, in a tight loop by another process, while 2 processes run load() 500 times each",
+    "place as `cp` does, in a tight loop by another process, while 40 fresh processes (2 at a time) run load() "
+    "25 times each",
     expect="0 planted constructors, 0 crashes (no SIGBUS/SIGSEGV); a read that met planted bytes is artifact-corrupt, "
     "the others map the genuine bytes; >= 1,000 loads per mode",
 )
@@ -114,18 +136,11 @@ def test_toctou_race_never_maps_planted_bytes(mode, site, fake_driver_dir, plant
         text=True,
     )
     t0 = time.monotonic()
-    victims = [
-        subprocess.Popen(
-            [sys.executable, "-c", VICTIM, "500"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for _ in range(2)
-    ]
-    results = [v.communicate(timeout=240) for v in victims]
+    results, codes = run_victims(env, 40, 25)
     stop.touch()
     swaps = int(attacker.communicate(timeout=60)[0])
     seconds = time.monotonic() - t0
-    codes = [v.returncode for v in victims]
-    assert codes == [0, 0], (codes, [err[-2000:] for _, err in results])  # no signal, no exception
+    assert codes == [0] * 40, (codes, [err[-2000:] for _, err in results if err])  # no signal, no exception
     counts = [json.loads(out) for out, _ in results]
     loads = sum(c["loads"] for c in counts)
     corrupt = sum(c["corrupt"] for c in counts)
@@ -232,3 +247,53 @@ def test_artifact_deleted_or_rewritten_after_load_changes_nothing(site, fake_dri
     proc = run_py(code, env_for(broken, fake_driver_dir))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == [1, True, "artifact-corrupt"]
+
+
+# The loader as it was before issue 18: hash the file by path, close it, dlopen the path again.
+PATH_LOADER = """
+import hashlib, cuplug.verify as v
+from pathlib import Path
+def by_path(a):
+    p = v.resolve_inside(Path(a.package_dir), a.file)
+    if hashlib.sha256(p.read_bytes()).hexdigest() != a.sha256:
+        raise v._corrupt(p.name + ': sha256 differs from the manifest (file altered)')
+    return v.Verified(p, p, a.sha256, 'path')
+v.verified = by_path
+"""
+
+
+@rel(
+    case="control: the same race against the loader before issue 18",
+    how="the race above with verify replaced by the old mechanism (hash the file by path, dlopen the path again), "
+    "40 fresh processes of one load each (up to 5 rounds)",
+    expect="caught: the planted constructor runs or a load dies of a signal (the test would notice a TOCTOU window)",
+)
+@needs_wheels
+@pytest.mark.parametrize("mode", ["rename", "rewrite-in-place"])
+def test_the_race_catches_a_loader_that_dlopens_the_path(
+    mode, site, fake_driver_dir, planted_lib, tmp_path, record_property
+):
+    """The control: the same race against the old mechanism (verify by path, dlopen the path) is caught."""
+    broken = _only_cuda13_fatbin(site, tmp_path)
+    target = broken / FATBIN13
+    genuine = tmp_path / "genuine.so"
+    shutil.copy(target, genuine)
+    marker, stop = tmp_path / "planted-ran", tmp_path / "stop"
+    env = env_for(broken, fake_driver_dir, PLANT_MARKER=str(marker))
+    attacker = subprocess.Popen(
+        [sys.executable, "-c", ATTACKER, str(target), str(genuine), str(planted_lib), mode.split("-")[0], str(stop)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    caught = crashed = rounds = 0
+    while rounds < 5 and not (caught or crashed):
+        _, codes = run_victims(env, 40, 1, PATH_LOADER)
+        rounds += 1
+        crashed += sum(1 for c in codes if c < 0)
+        caught = len(marker.read_text().splitlines()) if marker.exists() else 0
+    stop.touch()
+    attacker.communicate(timeout=60)
+    record_property("old_loader_processes", 40 * rounds)
+    record_property("planted_constructors", caught)
+    record_property("crashes", crashed)
+    assert caught or crashed, "the race never hit the old loader: the test would not notice a TOCTOU window"

@@ -326,8 +326,7 @@ def build_backend(
             # The interpreter running this build (a project's `python -m cuplug --cmake-dir` then finds
             # this cuplug), and this PATH's ninja: not what an earlier run's venv left in the cache.
             f"-DPython_EXECUTABLE={sys.executable}",
-            *([f"-DCMAKE_MAKE_PROGRAM={ninja}"] if ninja else []),
-            "--no-warn-unused-cli",
+            *([f"-DCMAKE_MAKE_PROGRAM={os.path.abspath(ninja)}"] if ninja else []),
         ],
         f"{tc.major}: cmake configure",
         env=env,

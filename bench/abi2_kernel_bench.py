@@ -24,18 +24,24 @@ GiB = 1 << 30
 NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
-def timed(fn, repeats: int = 10) -> float:
+def once(fn) -> float:
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
     fn()
+    b.record()
     torch.cuda.synchronize()
-    ms = []
+    return a.elapsed_time(b)
+
+
+def timed_pair(mine, theirs, repeats: int = 10) -> tuple[float, float]:
+    """Medians of `repeats` CUDA-event timings each, the two alternating (same tensors, same state)."""
+    mine(), theirs()
+    torch.cuda.synchronize()
+    a, b = [], []
     for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ms.append(a.elapsed_time(b))
-    return statistics.median(ms)
+        a.append(once(mine))
+        b.append(once(theirs))
+    return statistics.median(a), statistics.median(b)
 
 
 def desc(b: st.Backend, t: torch.Tensor) -> st.CTensor:
@@ -48,7 +54,7 @@ def main(paths: list[str]) -> int:
     for path in paths:
         b = st.Backend(path)
         b.ping()
-        stream = torch.cuda.current_stream().cuda_stream
+        stream = torch.cuda.current_stream().cuda_stream or 1  # 0 is the legacy default stream: cudaStreamLegacy (1)
         print(f"\n=== {path} (torch {torch.__version__}, {torch.cuda.get_device_name(0)})")
         print(f"{'case':28} {'cuplug ms':>10} {'torch ms':>10} {'cuplug GB/s':>12} {'ratio':>7}")
 
@@ -65,15 +71,18 @@ def main(paths: list[str]) -> int:
             y = torch.randn(n, device="cuda").to(dtype)
             out = torch.empty_like(x)
             dx, dy, do = desc(b, x), desc(b, y), desc(b, out)
-            mine = timed(lambda: b.call("add", [dx, dy], [do], stream=stream))
+            b.call("add", [dx, dy], [do], stream=stream)
             ok = torch.equal(out, x + y)
-            theirs = timed(lambda: torch.add(x, y, out=out))
+            mine, theirs = timed_pair(lambda: b.call("add", [dx, dy], [do], stream=stream),
+                                      lambda: torch.add(x, y, out=out))
             row(f"add {NAMES[dtype]}{'' if ok else ' MISMATCH'}", 3 * GiB, mine, theirs, 0.97)
             bad += not ok
             if dtype == torch.float32:
-                mine = timed(lambda: b.call("scale_add", [dx], [do], {"alpha": 1.7, "beta": -0.3}, stream=stream))
+                b.call("scale_add", [dx], [do], {"alpha": 1.7, "beta": -0.3}, stream=stream)
                 ok = torch.equal(out, x * 1.7 - 0.3)
-                theirs = timed(lambda: torch.add(torch.mul(x, 1.7), -0.3, out=out))
+                mine, theirs = timed_pair(
+                    lambda: b.call("scale_add", [dx], [do], {"alpha": 1.7, "beta": -0.3}, stream=stream),
+                    lambda: torch.add(torch.mul(x, 1.7), -0.3, out=out))
                 row(f"scale_add float32{'' if ok else ' MISMATCH'}", 2 * GiB, mine, theirs, 0.0)
                 bad += not ok
             del x, y, out
@@ -83,13 +92,14 @@ def main(paths: list[str]) -> int:
             x = torch.randn(n, device="cuda").to(dtype)
             s = torch.empty((), device="cuda", dtype=dtype)
             dx, ds = desc(b, x), desc(b, s)
-            mine = timed(lambda: b.call("sum", [dx], [ds], stream=stream))
+            b.call("sum", [dx], [ds], stream=stream)
             got = float(s)
             b.call("sum", [dx], [ds], stream=stream)
             same = float(s) == got
             ref = float(x.double().sum())
             ok = same and abs(got - ref) <= st.SUM_RTOL[NAMES[dtype]] * float(x.double().abs().sum())
-            theirs = timed(lambda: torch.sum(x, out=s))
+            mine, theirs = timed_pair(lambda: b.call("sum", [dx], [ds], stream=stream),
+                                      lambda: torch.sum(x, dim=0, out=s))
             row(f"sum {NAMES[dtype]}{'' if ok else ' MISMATCH'}", GiB, mine, theirs, 1.0 if dtype == torch.float32 else 0.0)
             bad += not ok
             del x

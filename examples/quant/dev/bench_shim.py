@@ -7,7 +7,14 @@ import sys
 
 lib = ctypes.CDLL(sys.argv[1])
 lib.quant_shim_bench.restype = ctypes.c_double
-lib.quant_shim_bench.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_int]
+lib.quant_shim_bench.argtypes = [
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_longlong,
+    ctypes.c_longlong,
+    ctypes.c_int,
+]
 n = 1 << 28
 for name, code, bits in (("float32", 2, 32), ("float16", 2, 16), ("bfloat16", 4, 16)):
     for bs in (64, 256, 4096):

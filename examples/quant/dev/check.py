@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import reference  # noqa: E402
+import reference
 
 CODES = {"float32": (2, 32), "float16": (2, 16), "bfloat16": (4, 16)}
 
@@ -33,7 +33,9 @@ def shim_quantize(lib, x: np.ndarray, dtype: str, bs: int):
 def shim_dequantize(lib, q: np.ndarray, amax: np.ndarray, bs: int):
     out = np.empty(q.size, np.float32)
     err = ctypes.create_string_buffer(256)
-    rc = lib.quant_shim_call(1, q.ctypes.data, 0, 8, q.size, amax.ctypes.data, amax.size, out.ctypes.data, None, bs, err, 256)
+    rc = lib.quant_shim_call(
+        1, q.ctypes.data, 0, 8, q.size, amax.ctypes.data, amax.size, out.ctypes.data, None, bs, err, 256
+    )
     return rc, out, err.value.decode()
 
 
@@ -50,9 +52,20 @@ def special_values(rng: np.random.Generator, n: int) -> np.ndarray:
 
 def main() -> int:
     lib = ctypes.CDLL(sys.argv[1])
-    lib.quant_shim_call.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_longlong,
-                                    ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p,
-                                    ctypes.c_longlong, ctypes.c_char_p, ctypes.c_int]
+    lib.quant_shim_call.argtypes = [
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_longlong,
+        ctypes.c_void_p,
+        ctypes.c_longlong,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_longlong,
+        ctypes.c_char_p,
+        ctypes.c_int,
+    ]
     rng = np.random.default_rng(0)
     bad = 0
     for n in (0, 1, 63, 64, 65, 1000, 4096, 4097, 100003):
@@ -84,8 +97,11 @@ def main() -> int:
                     if not ok:
                         bad += 1
                         what = []
-                        for name, a, b in (("q", q, rq), ("absmax", amax.view(np.uint32), ra.view(np.uint32)),
-                                           ("out", out.view(np.uint32), ro.view(np.uint32))):
+                        for name, a, b in (
+                            ("q", q, rq),
+                            ("absmax", amax.view(np.uint32), ra.view(np.uint32)),
+                            ("out", out.view(np.uint32), ro.view(np.uint32)),
+                        ):
                             diff = np.flatnonzero(a != b) if a.shape == b.shape else [-1]
                             if len(diff):
                                 i = diff[0]

@@ -67,8 +67,6 @@ def quantize(x: Any, blocksize: int = DEFAULT_BLOCKSIZE, *, out: Any = None, str
     return q, absmax
 
 
-def dequantize(
-    q: Any, absmax: Any, blocksize: int = DEFAULT_BLOCKSIZE, *, out: Any = None, stream: Any = None
-) -> Any:
+def dequantize(q: Any, absmax: Any, blocksize: int = DEFAULT_BLOCKSIZE, *, out: Any = None, stream: Any = None) -> Any:
     """float32 shaped like q: q_i * (absmax[block of i] / 127)."""
     return _shared().run("dequantize_blockwise", q, absmax, out=out, stream=stream, blocksize=blocksize)

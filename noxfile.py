@@ -30,7 +30,15 @@ BUILD_TOOLS = [
 RUNTIME_DEPS = ["pyelftools==0.33"]  # cuplug's one dependency (cuplug inspect), fetched beside the wheels
 # cuda-bindings: NVIDIA's own driver bindings, the reference the probe is checked against (fake driver on
 # CPU, the real one on the GPU machine).
-TEST_DEPS = ["pytest==9.0.3", "numpy==2.4.6", "jsonschema==4.26.0", "hypothesis==6.155.2", "cuda-bindings==13.5.0"]
+# torch (the CPU build on this machine kind): PyTorch CPU tensors through DLPack, bfloat16 references.
+TEST_DEPS = [
+    "pytest==9.0.3",
+    "numpy==2.4.6",
+    "jsonschema==4.26.0",
+    "hypothesis==6.155.2",
+    "cuda-bindings==13.5.0",
+    "torch==2.13.0",
+]
 LINT_DEPS = [
     "ruff==0.17.6",
     "validate-pyproject[all]==0.27",

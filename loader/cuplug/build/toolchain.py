@@ -8,6 +8,14 @@ Two routes, both pinned and checksum-verified by lock files in ``toolchains/``:
   with ``apt-get download`` under a private apt configuration (the system's
   apt state is never touched), checked against the lock's sha256 and unpacked
   with ``dpkg-deb``; its ``nvcc.profile`` is rewritten to be relocatable.
+  Debian ships CCCL (libcu++ with ``nv/target``, CUB, Thrust) apart from
+  ``nvidia-cuda-dev``, as ``libcu++-dev``/``libcub-dev``/``libthrust-dev``;
+  the lock pins those too, and they unpack into the toolkit's ``usr/include``.
+
+Both toolchains carry the headers a real kernel includes (``cuda_fp16.h``,
+``cuda_bf16.h``, cooperative groups, CUB/Thrust/libcu++, NVTX 3,
+``cuda_profiler_api.h``); :data:`REQUIRED_HEADERS` is checked before an
+install counts as complete. See ``docs/toolchains.md``.
 
 A bullseye glibc sysroot (same route) lets the backends link against glibc
 2.31's libraries so wheels get ``manylinux_2_17``.
@@ -245,6 +253,7 @@ def install_cuda12(log: Log) -> Toolchain:
     wrapper.unlink(missing_ok=True)
     wrapper.write_text('#!/bin/sh\nexec "$(dirname "$(readlink -f "$0")")/../lib/nvidia-cuda-toolkit/bin/nvcc" "$@"\n')
     wrapper.chmod(0o755)
+    _check_headers(tc, (usr / "include",))
     _check_nvcc(tc, log)
     (dest / ".complete").write_text(lock_file.read_text())
     return tc
@@ -291,9 +300,36 @@ def install_cuda13(log: Log, python: str = sys.executable) -> Toolchain:
         (cu13 / "lib64").symlink_to("lib")
     if not (cu13 / "lib/libcudart.so").exists():
         (cu13 / "lib/libcudart.so").symlink_to("libcudart.so.13")
+    _check_headers(tc, (cu13 / "include", cu13 / "include/cccl"))  # nvcc.profile: -I include, -isystem cccl
     _check_nvcc(tc, log)
     (dest / ".complete").write_text(lock_file.read_text())
     return tc
+
+
+# Headers every toolchain must have, relative to one of its include directories (nvcc searches
+# them all). A lock that loses a package fails the install here, not in an author's build.
+REQUIRED_HEADERS = (
+    "cuda_runtime.h",
+    "cuda_fp16.h",
+    "cuda_bf16.h",
+    "cooperative_groups.h",
+    "cooperative_groups/reduce.h",
+    "nv/target",  # cuda_fp16.h and cuda_bf16.h include it (libcu++)
+    "cuda/std/type_traits",  # cooperative groups include it (libcu++)
+    "cub/cub.cuh",
+    "thrust/version.h",
+    "nvtx3/nvToolsExt.h",
+    "cuda_profiler_api.h",
+)
+
+
+def _check_headers(tc: Toolchain, include_dirs: tuple[Path, ...]) -> None:
+    missing = [h for h in REQUIRED_HEADERS if not any((d / h).is_file() for d in include_dirs)]
+    if missing:
+        raise ToolchainError(
+            f"{tc.major}: the installed toolchain lacks {', '.join(missing)} under "
+            f"{', '.join(map(str, include_dirs))}; its lock file under toolchains/ misses a package"
+        )
 
 
 def _check_nvcc(tc: Toolchain, log: Log) -> None:

@@ -16,6 +16,7 @@ import json
 import os
 import statistics
 import sys
+import time
 
 import pytest
 
@@ -81,7 +82,7 @@ def _check(x: torch.Tensor, blocksize: int) -> tuple[object, object]:
     q, absmax = quantkit.quantize(x, blocksize=blocksize)
     assert isinstance(q, cuplug.Tensor) and isinstance(absmax, cuplug.Tensor)
     qt, at = torch.from_dlpack(q), torch.from_dlpack(absmax)
-    assert qt.data_ptr() == q.data_ptr() and at.data_ptr() == absmax.data_ptr()  # shared, not copied
+    assert qt.data_ptr() == q.data_ptr and at.data_ptr() == absmax.data_ptr  # shared, not copied
     assert qt.is_cuda and qt.dtype == torch.int8 and tuple(qt.shape) == tuple(x.shape)
     want_q, want_a = torch_quantize(x, blocksize)
     assert torch.equal(_bits(at), _bits(want_a))
@@ -158,6 +159,27 @@ def _time(fn, runs: int) -> dict[str, float]:
     }
 
 
+def _call_overhead_us(calls: int = 300) -> dict[str, float]:
+    """Host microseconds per quantize call on 4096 elements (out=), and for torch_quantize."""
+    x = torch.ones(4096, device="cuda")
+    q, a = torch.empty(4096, dtype=torch.int8, device="cuda"), torch.empty(16, device="cuda")
+    result = {}
+    for name, fn in (
+        ("quantkit_out", lambda: quantkit.quantize(x, out=(q, a))),
+        ("quantkit_alloc", lambda: quantkit.quantize(x)),
+        ("torch_composed", lambda: torch_quantize(x)),
+    ):
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        result[name] = (time.perf_counter() - t0) / calls * 1e6
+    return result
+
+
 def benchmark(runs: int = 50, sizes: tuple[int, ...] = (1 << 16, 1 << 20, 1 << 24, 1 << 28)) -> dict[str, object]:
     """Fused quantkit kernels against the same computation composed from PyTorch ops."""
     with quantkit.load() as b:
@@ -171,22 +193,27 @@ def benchmark(runs: int = 50, sizes: tuple[int, ...] = (1 << 16, 1 << 20, 1 << 2
                 nb = absmax.numel()
                 q_bytes = n * (x.element_size() + 1) + nb * 4
                 dq_bytes = n * 5 + nb * 4
+                q_out = torch.empty_like(q)
+                a_out = torch.empty_like(absmax)
+                y_out = torch.empty(q.shape, dtype=torch.float32, device="cuda")
                 cases = {
                     "quantize": (
                         lambda x=x, bs=blocksize: quantkit.quantize(x, blocksize=bs),
+                        lambda x=x, bs=blocksize, o=(q_out, a_out): quantkit.quantize(x, blocksize=bs, out=o),
                         lambda x=x, bs=blocksize: torch_quantize(x, bs),
                         q_bytes,
                     ),
                     "dequantize": (
                         lambda q=q, a=absmax, bs=blocksize: quantkit.dequantize(q, a, blocksize=bs),
+                        lambda q=q, a=absmax, bs=blocksize, o=y_out: quantkit.dequantize(q, a, blocksize=bs, out=o),
                         lambda q=q, a=absmax, bs=blocksize: torch_dequantize(q, a, bs),
                         dq_bytes,
                     ),
                 }
-                for op, (fused, composed, moved) in cases.items():
+                for op, (fused, fused_out, composed, moved) in cases.items():
                     if op == "dequantize" and dtype != torch.float32:
                         continue  # its input is int8 + float32 whatever x was
-                    f, c = _time(fused, runs), _time(composed, runs)
+                    f, fo, c = _time(fused, runs), _time(fused_out, runs), _time(composed, runs)
                     rows.append(
                         {
                             "op": op,
@@ -195,11 +222,15 @@ def benchmark(runs: int = 50, sizes: tuple[int, ...] = (1 << 16, 1 << 20, 1 << 2
                             "blocksize": blocksize,
                             "bytes_moved": moved,
                             "fused": f,
+                            "fused_out": fo,
                             "torch_composed": c,
                             "fused_gbps": moved / f["median_ms"] / 1e6,
+                            "fused_out_gbps": moved / fo["median_ms"] / 1e6,
                             "speedup_median": c["median_ms"] / f["median_ms"],
+                            "speedup_out_median": c["median_ms"] / fo["median_ms"],
                         }
                     )
+                del q_out, a_out, y_out
                 del x, q, absmax
                 torch.cuda.empty_cache()
     return {
@@ -208,8 +239,11 @@ def benchmark(runs: int = 50, sizes: tuple[int, ...] = (1 << 16, 1 << 20, 1 << 2
         "cuplug": getattr(cuplug, "__version__", None),
         "quantkit": quantkit.__version__,
         "backend": backend,
-        "timing": "CUDA events on PyTorch's current stream around one call; fused = quantkit (one kernel), "
-        "torch_composed = torch_quantize/torch_dequantize of this file (the same formulas)",
+        "timing": "CUDA events on PyTorch's current stream around one call (host work included); fused = quantkit "
+        "allocating its backend-owned results, fused_out = quantkit writing into preallocated torch tensors "
+        "(out=), torch_composed = torch_quantize/torch_dequantize of this file (the same formulas, PyTorch's "
+        "caching allocator)",
+        "call_overhead_us": _call_overhead_us(),
         "rows": rows,
     }
 
@@ -231,6 +265,7 @@ if __name__ == "__main__":
         json.dump(out, fh, indent=1)
     for r in out["rows"]:
         print(
-            f"{r['op']:10s} {r['dtype']:8s} n={r['n']:>10d} bs={r['blocksize']:4d}: fused {r['fused']['median_ms']:.3f} ms "
-            f"({r['fused_gbps']:.0f} GB/s), torch {r['torch_composed']['median_ms']:.3f} ms, x{r['speedup_median']:.1f}"
+            f"{r['op']:10s} {r['dtype']:8s} n={r['n']:>10d} bs={r['blocksize']:4d}: fused {r['fused']['median_ms']:.3f} ms, "
+            f"out= {r['fused_out']['median_ms']:.3f} ms ({r['fused_out_gbps']:.0f} GB/s), "
+            f"torch {r['torch_composed']['median_ms']:.3f} ms, x{r['speedup_out_median']:.1f}"
         )

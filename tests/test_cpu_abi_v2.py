@@ -133,7 +133,15 @@ class Lib:
         L.cuplug_backend_last_create_error.argtypes = [cp, i]
         L.cuplug_backend_ping.argtypes = [vp, cp, i]
         L.cuplug_backend_call.argtypes = [
-            vp, cp, ctypes.POINTER(Tensor), i, ctypes.POINTER(Tensor), i, ctypes.POINTER(Attr), i, ctypes.c_uint64
+            vp,
+            cp,
+            ctypes.POINTER(Tensor),
+            i,
+            ctypes.POINTER(Tensor),
+            i,
+            ctypes.POINTER(Attr),
+            i,
+            ctypes.c_uint64,
         ]
         L.cuplug_backend_stream_wait.argtypes = [vp, ctypes.c_uint64, ctypes.c_uint64]
         L.cuplug_backend_alloc.restype = ll
@@ -269,11 +277,16 @@ def random_array(dtype: str, shape, rng) -> np.ndarray:
 def assert_same_bits(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
     want = np.asarray(want)
     assert got.shape == want.shape and got.dtype == want.dtype
+    if got.size == 0:
+        return
     if dtype in FLOATS:
         g, w = as_float(got, dtype).ravel(), as_float(want, dtype).ravel()
         nan = np.isnan(w)
         assert np.array_equal(np.isnan(g), nan), "NaN positions differ"
-        gb, wb = got.reshape(-1).view(np.uint8).reshape(got.size, -1), want.reshape(-1).view(np.uint8).reshape(want.size, -1)
+        gb, wb = (
+            got.reshape(-1).view(np.uint8).reshape(got.size, -1),
+            want.reshape(-1).view(np.uint8).reshape(want.size, -1),
+        )
         bad = np.flatnonzero((gb != wb).any(1) & ~nan)
         assert bad.size == 0, f"{bad.size} elements differ, first at {bad[0]}: got {g[bad[0]]!r}, want {w[bad[0]]!r}"
     else:
@@ -386,13 +399,16 @@ INT_ATTRS = [(2.0, -1.0), (1.0, 0.0), (-3.0, 7.0), (float(2**40), float(-(2**50)
 
 
 @pytest.mark.parametrize(
-    "dtype,alpha,beta", [(d, a, b) for d in FLOATS for a, b in FLOAT_ATTRS] + [(d, a, b) for d in INTS for a, b in INT_ATTRS]
+    "dtype,alpha,beta",
+    [(d, a, b) for d in FLOATS for a, b in FLOAT_ATTRS] + [(d, a, b) for d in INTS for a, b in INT_ATTRS],
 )
 def test_scale_add_is_bit_exact(lib, handle, dtype, alpha, beta):
     rng = np.random.default_rng(7)
     x = random_array(dtype, (2049,), rng)
     out = np.zeros_like(x)
-    rc = lib.call(handle, "scale_add", [tensor(x, dtype)], [tensor(out, dtype)], [attr("alpha", alpha), attr("beta", beta)])
+    rc = lib.call(
+        handle, "scale_add", [tensor(x, dtype)], [tensor(out, dtype)], [attr("alpha", alpha), attr("beta", beta)]
+    )
     assert rc == OK, lib.error(handle)
     with np.errstate(all="ignore"):
         assert_same_bits(out, ref_scale_add(x, alpha, beta, dtype), dtype)
@@ -519,6 +535,11 @@ def test_zero_element_and_zero_dim_tensors(lib, handle):
     x, y, out = np.array(1.5, dtype=np.float64), np.array(2.25, dtype=np.float64), np.zeros((), dtype=np.float64)
     assert lib.call(handle, "add", [tensor(x), tensor(y)], [tensor(out)]) == OK and out == 3.75
     assert lib.call(handle, "sum", [tensor(x)], [tensor(out)]) == OK and out == 1.5
+    # misaligned elements are refused (UB on the host, a sticky CUDA error on a GPU)
+    b = np.zeros(64, dtype=np.uint8)
+    m = tensor(b, "float32", shape=(4,), byte_offset=2)
+    assert lib.call(handle, "sum", [m], [tensor(np.zeros((), dtype=np.float32))]) == E_INVALID_ARGUMENT
+    assert "not aligned to its 4-byte elements" in lib.error(handle)
     # a NULL data pointer with elements is refused
     x = np.ones(4, dtype=np.float32)
     assert lib.call(handle, "add", [tensor(x, data=0), tensor(x)], [tensor(x)]) == E_INVALID_ARGUMENT
@@ -590,78 +611,178 @@ def expect_error(lib, h, rc, code, *fragments):
 def test_bad_arguments_are_error_codes(lib, handle):
     x = np.ones((3, 4), dtype=np.float32)
     out = np.zeros_like(x)
-    X, O = tensor(x), tensor(out)
-    assert lib.call(None, "add", [X, X], [O]) == E_INVALID_ARGUMENT
-    expect_error(lib, handle, lib.call(handle, "mul", [X, X], [O]), E_UNKNOWN_OP, "unknown op 'mul'", "add, scale_add or sum")
-    expect_error(lib, handle, lib.call(handle, None, [X, X], [O]), E_UNKNOWN_OP)
-    expect_error(lib, handle, lib.call(handle, "add", [X], [O]), E_INVALID_ARGUMENT, "add: takes 2 inputs, got 1")
-    expect_error(lib, handle, lib.call(handle, "add", [X, X], [O, O]), E_INVALID_ARGUMENT, "takes 1 output, got 2")
+    T_X, T_OUT = tensor(x), tensor(out)
+    assert lib.call(None, "add", [T_X, T_X], [T_OUT]) == E_INVALID_ARGUMENT
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "mul", [T_X, T_X], [T_OUT]),
+        E_UNKNOWN_OP,
+        "unknown op 'mul'",
+        "add, scale_add or sum",
+    )
+    expect_error(lib, handle, lib.call(handle, None, [T_X, T_X], [T_OUT]), E_UNKNOWN_OP)
+    expect_error(lib, handle, lib.call(handle, "add", [T_X], [T_OUT]), E_INVALID_ARGUMENT, "add: takes 2 inputs, got 1")
+    expect_error(
+        lib, handle, lib.call(handle, "add", [T_X, T_X], [T_OUT, T_OUT]), E_INVALID_ARGUMENT, "takes 1 output, got 2"
+    )
     # an unsupported dtype (complex64)
     c = tensor(x)
     c.dtype = Dtype(5, 64, 1)
-    expect_error(lib, handle, lib.call(handle, "add", [c, c], [O]), E_INVALID_ARGUMENT, "add: x has dtype {code=5", "not support")
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "add", [c, c], [T_OUT]),
+        E_INVALID_ARGUMENT,
+        "add: x has dtype {code=5",
+        "not support",
+    )
     v = tensor(x)
     v.dtype = Dtype(2, 32, 4)  # lanes 4
-    expect_error(lib, handle, lib.call(handle, "sum", [v], [O]), E_INVALID_ARGUMENT, "lanes=4")
+    expect_error(lib, handle, lib.call(handle, "sum", [v], [T_OUT]), E_INVALID_ARGUMENT, "lanes=4")
     # y like x: dtype and shape
     y64 = np.ones((3, 4), dtype=np.float64)
-    expect_error(lib, handle, lib.call(handle, "add", [X, tensor(y64)], [O]), E_INVALID_ARGUMENT,
-                 "add: y has dtype float64, must match x (float32)")
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "add", [T_X, tensor(y64)], [T_OUT]),
+        E_INVALID_ARGUMENT,
+        "add: y has dtype float64, must match x (float32)",
+    )
     yt = np.ones((4, 3), dtype=np.float32)
-    expect_error(lib, handle, lib.call(handle, "add", [X, tensor(yt)], [O]), E_INVALID_ARGUMENT,
-                 "add: y has shape (4, 3), must match x's shape (3, 4)")
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "add", [T_X, tensor(yt)], [T_OUT]),
+        E_INVALID_ARGUMENT,
+        "add: y has shape (4, 3), must match x's shape (3, 4)",
+    )
     # non-contiguous
-    expect_error(lib, handle, lib.call(handle, "add", [tensor(x, strides=(1, 3)), X], [O]), E_INVALID_ARGUMENT,
-                 "add: x is not C-contiguous (shape (3, 4), strides (1, 3))")
-    expect_error(lib, handle, lib.call(handle, "add", [X, X], [tensor(out, strides=(8, 1))]), E_INVALID_ARGUMENT,
-                 "add: out is not C-contiguous")
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "add", [tensor(x, strides=(1, 3)), T_X], [T_OUT]),
+        E_INVALID_ARGUMENT,
+        "add: x is not C-contiguous (shape (3, 4), strides (1, 3))",
+    )
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "add", [T_X, T_X], [tensor(out, strides=(8, 1))]),
+        E_INVALID_ARGUMENT,
+        "add: out is not C-contiguous",
+    )
     # outputs
-    expect_error(lib, handle, lib.call(handle, "add", [X, X], [tensor(y64)]), E_INVALID_ARGUMENT,
-                 "add: out has dtype float64, expected float32")
-    expect_error(lib, handle, lib.call(handle, "add", [X, X], [tensor(out, shape=(12,))]), E_INVALID_ARGUMENT,
-                 "add: out has shape (12,), expected (3, 4)")
-    expect_error(lib, handle, lib.call(handle, "sum", [X], [tensor(out, shape=(1,))]), E_INVALID_ARGUMENT,
-                 "sum: out has shape (1,), expected ()")
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "add", [T_X, T_X], [tensor(y64)]),
+        E_INVALID_ARGUMENT,
+        "add: out has dtype float64, expected float32",
+    )
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "add", [T_X, T_X], [tensor(out, shape=(12,))]),
+        E_INVALID_ARGUMENT,
+        "add: out has shape (12,), expected (3, 4)",
+    )
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "sum", [T_X], [tensor(out, shape=(1,))]),
+        E_INVALID_ARGUMENT,
+        "sum: out has shape (1,), expected ()",
+    )
     # attributes
-    expect_error(lib, handle, lib.call(handle, "scale_add", [X], [O], [attr("gamma", 1.0)]), E_INVALID_ARGUMENT,
-                 "scale_add: unknown attribute 'gamma' (scale_add takes alpha, beta)")
-    expect_error(lib, handle, lib.call(handle, "add", [X, X], [O], [attr("alpha", 1.0)]), E_INVALID_ARGUMENT,
-                 "add: unknown attribute 'alpha' (add takes no attributes)")
-    expect_error(lib, handle, lib.call(handle, "scale_add", [X], [O], [attr("alpha", 1.0), attr("alpha", 2.0)]),
-                 E_INVALID_ARGUMENT, "attribute 'alpha' given twice")
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "scale_add", [T_X], [T_OUT], [attr("gamma", 1.0)]),
+        E_INVALID_ARGUMENT,
+        "scale_add: unknown attribute 'gamma' (scale_add takes alpha, beta)",
+    )
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "add", [T_X, T_X], [T_OUT], [attr("alpha", 1.0)]),
+        E_INVALID_ARGUMENT,
+        "add: unknown attribute 'alpha' (add takes no attributes)",
+    )
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "scale_add", [T_X], [T_OUT], [attr("alpha", 1.0), attr("alpha", 2.0)]),
+        E_INVALID_ARGUMENT,
+        "attribute 'alpha' given twice",
+    )
     bad_kind = attr("alpha", 1.0)
     bad_kind.kind = 7
-    expect_error(lib, handle, lib.call(handle, "scale_add", [X], [O], [bad_kind]), E_INVALID_ARGUMENT, "kind 7")
+    expect_error(lib, handle, lib.call(handle, "scale_add", [T_X], [T_OUT], [bad_kind]), E_INVALID_ARGUMENT, "kind 7")
     # shapes
-    expect_error(lib, handle, lib.call(handle, "sum", [tensor(x, shape=(1,) * 33)], [tensor(out, shape=())]),
-                 E_INVALID_ARGUMENT, "ndim must be in 0..32, got 33")
-    expect_error(lib, handle, lib.call(handle, "sum", [tensor(x, shape=(3, -4))], [tensor(out, shape=())]),
-                 E_INVALID_ARGUMENT, "extent -4 of dimension 1 is negative")
-    expect_error(lib, handle, lib.call(handle, "sum", [tensor(x, shape=(2**31, 2**31))], [tensor(out, shape=())]),
-                 E_INVALID_ARGUMENT, "too many elements")
-    expect_error(lib, handle, lib.call(handle, "sum", [tensor(x, shape=(2**61,))], [tensor(out, shape=())]),
-                 E_INVALID_ARGUMENT, "too many elements")
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "sum", [tensor(x, shape=(1,) * 33)], [tensor(out, shape=())]),
+        E_INVALID_ARGUMENT,
+        "ndim must be in 0..32, got 33",
+    )
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "sum", [tensor(x, shape=(3, -4))], [tensor(out, shape=())]),
+        E_INVALID_ARGUMENT,
+        "extent -4 of dimension 1 is negative",
+    )
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "sum", [tensor(x, shape=(2**31, 2**31))], [tensor(out, shape=())]),
+        E_INVALID_ARGUMENT,
+        "too many elements",
+    )
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "sum", [tensor(x, shape=(2**61,))], [tensor(out, shape=())]),
+        E_INVALID_ARGUMENT,
+        "too many elements",
+    )
     # NULL arrays
     assert lib.lib.cuplug_backend_call(handle, b"add", None, 2, None, 1, None, 0, 0) == E_INVALID_ARGUMENT
-    assert lib.lib.cuplug_backend_call(handle, b"scale_add", ctypes.byref(X), 1, ctypes.byref(O), 1, None, 1, 0) == E_INVALID_ARGUMENT
+    assert (
+        lib.lib.cuplug_backend_call(handle, b"scale_add", ctypes.byref(T_X), 1, ctypes.byref(T_OUT), 1, None, 1, 0)
+        == E_INVALID_ARGUMENT
+    )
     assert lib.lib.cuplug_backend_stream_wait(None, 0, 0) == E_INVALID_ARGUMENT
     assert lib.lib.cuplug_backend_stream_wait(handle, 0, 0) == OK
     assert lib.lib.cuplug_backend_sync(None) == E_INVALID_ARGUMENT and lib.lib.cuplug_backend_sync(handle) == OK
     # after all that, a good call still works
-    assert lib.call(handle, "add", [X, X], [O]) == OK and (out == 2).all()
+    assert lib.call(handle, "add", [T_X, T_X], [T_OUT]) == OK and (out == 2).all()
 
 
 def test_cuda_tensor_is_refused_with_wrong_device(lib, handle):
     x = np.ones(4, dtype=np.float32)
     out = np.zeros_like(x)
     d = tensor(x, device=DEVICE_CUDA)
-    msg = expect_error(lib, handle, lib.call(handle, "add", [tensor(x), d], [tensor(out)]), E_WRONG_DEVICE,
-                       "add: y is a CUDA tensor")
+    msg = expect_error(
+        lib, handle, lib.call(handle, "add", [tensor(x), d], [tensor(out)]), E_WRONG_DEVICE, "add: y is a CUDA tensor"
+    )
     assert "this is the CPU backend; move the tensor to the host (.cpu()) or load a CUDA backend" in msg
-    expect_error(lib, handle, lib.call(handle, "sum", [tensor(x)], [tensor(out[:1], shape=(), device=DEVICE_CUDA)]),
-                 E_WRONG_DEVICE, "sum: out is a CUDA tensor")
-    expect_error(lib, handle, lib.call(handle, "sum", [tensor(x, device=7)], [tensor(out, shape=())]), E_WRONG_DEVICE,
-                 "device type 7")
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "sum", [tensor(x)], [tensor(out[:1], shape=(), device=DEVICE_CUDA)]),
+        E_WRONG_DEVICE,
+        "sum: out is a CUDA tensor",
+    )
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "sum", [tensor(x, device=7)], [tensor(out, shape=())]),
+        E_WRONG_DEVICE,
+        "device type 7",
+    )
     assert (out == 0).all()
 
 
@@ -703,9 +824,16 @@ def test_resident_tensors_round_trip_and_run(lib, handle):
     one = np.zeros(1, dtype=np.float32)
     assert lib.lib.cuplug_backend_download(handle, s, one.ctypes.data, 4) == OK and one[0] == 132.0
     # nbytes must be the whole size
-    expect_error(lib, handle, lib.lib.cuplug_backend_upload(handle, a, host.ctypes.data, 47), E_BUFFER_TOO_SMALL,
-                 "upload: nbytes must be the tensor's whole size, 48 bytes (float32 (3, 4)), got 47")
-    expect_error(lib, handle, lib.lib.cuplug_backend_download(handle, a, back.ctypes.data, 49), E_INVALID_ARGUMENT, "got 49")
+    expect_error(
+        lib,
+        handle,
+        lib.lib.cuplug_backend_upload(handle, a, host.ctypes.data, 47),
+        E_BUFFER_TOO_SMALL,
+        "upload: nbytes must be the tensor's whole size, 48 bytes (float32 (3, 4)), got 47",
+    )
+    expect_error(
+        lib, handle, lib.lib.cuplug_backend_download(handle, a, back.ctypes.data, 49), E_INVALID_ARGUMENT, "got 49"
+    )
     expect_error(lib, handle, lib.lib.cuplug_backend_download(handle, a, back.ctypes.data, -1), E_INVALID_ARGUMENT)
     expect_error(lib, handle, lib.lib.cuplug_backend_upload(handle, a, None, 48), E_INVALID_ARGUMENT, "NULL host")
     assert lib.lib.cuplug_backend_tensor(handle, a, None) == E_INVALID_ARGUMENT
@@ -806,6 +934,11 @@ RULES_BACKEND = textwrap.dedent(
         for (long long i = 0; i < c->out[0].shape[0]; ++i) o[i] = i;
         return CUPLUG_OK;
     }
+    static int ones(const cuplug_call* c) {
+        float* o = (float*)c->out[0].data;
+        for (long long i = 0; i < c->out[0].shape[0]; ++i) o[i] = 1.0f;
+        return CUPLUG_OK;
+    }
     static int picky(const cuplug_call* c) { return cuplug_op_fail(c, "picky: I do not like %lld elements", c->n); }
     static int broken(const cuplug_call* c) { (void)c; return CUPLUG_E_DEVICE; }
     static const cuplug_op cuplug_ops[] = {
@@ -817,6 +950,8 @@ RULES_BACKEND = textwrap.dedent(
         {"iota", iota, 0, {{0}},
          {CUPLUG_OUT("out", CUPLUG_DT_FIXED, CUPLUG_I64, CUPLUG_SHAPE_ATTR, 0, "n")},
          {CUPLUG_ATTR_INT("n", 4)}, {{0}}, 16},
+        {"ones", ones, CUPLUG_ELEMENTWISE, {{0}},
+         {CUPLUG_OUT("out", CUPLUG_DT_FIXED, CUPLUG_F32, CUPLUG_SHAPE_ATTR, 0, "n")}, {CUPLUG_ATTR_INT("n", 3)}},
         {"picky", picky, CUPLUG_ELEMENTWISE, {CUPLUG_IN("x", CUPLUG_FLOATS)}, {CUPLUG_OUT_LIKE("out", 0)}},
         {"broken", broken, CUPLUG_ELEMENTWISE, {CUPLUG_IN("x", CUPLUG_INTS)}, {CUPLUG_OUT_LIKE("out", 0)},
          {{0}}, {CUPLUG_SIZE(0, 0, 0, 100)}},
@@ -854,40 +989,75 @@ def test_size_rules_attributes_and_op_messages(rules):
         e = lambda rc, code, *f: expect_error(rules, h, rc, code, *f)  # noqa: E731
         x = np.ones(1000, dtype=np.float32)
         out = np.zeros(1, dtype=np.float32)
-        e(rules.call(h, "layernorm", [tensor(x)], [tensor(out)]), E_INVALID_ARGUMENT,
-          "layernorm: x has 1000 elements, must be a multiple of 4096")
+        e(
+            rules.call(h, "layernorm", [tensor(x)], [tensor(out)]),
+            E_INVALID_ARGUMENT,
+            "layernorm: x has 1000 elements, must be a multiple of 4096",
+        )
         x = np.ones(4096, dtype=np.float32)
-        e(rules.call(h, "layernorm", [tensor(x)], [tensor(out)]), E_INVALID_ARGUMENT,
-          "layernorm: x has 4096 elements, must be at least 8192")
-        e(rules.call(h, "layernorm", [tensor(x, shape=(2**20 + 4096,))], [tensor(out)]), E_INVALID_ARGUMENT,
-          "must be at most 1048576")
+        e(
+            rules.call(h, "layernorm", [tensor(x)], [tensor(out)]),
+            E_INVALID_ARGUMENT,
+            "layernorm: x has 4096 elements, must be at least 8192",
+        )
+        e(
+            rules.call(h, "layernorm", [tensor(x, shape=(2**20 + 4096,))], [tensor(out)]),
+            E_INVALID_ARGUMENT,
+            "must be at most 1048576",
+        )
         x = np.ones(8192, dtype=np.float32)
-        e(rules.call(h, "layernorm", [tensor(x.astype(np.float64))], [tensor(out)]), E_INVALID_ARGUMENT,
-          "layernorm: x has dtype float64; allowed: float32")
+        e(
+            rules.call(h, "layernorm", [tensor(x.astype(np.float64))], [tensor(out)]),
+            E_INVALID_ARGUMENT,
+            "layernorm: x has dtype float64; allowed: float32",
+        )
         # out: ceil(8192 / blocksize) elements; blocksize defaults to 1024
         out = np.zeros(8, dtype=np.float32)
         assert rules.call(h, "layernorm", [tensor(x)], [tensor(out)]) == OK and (out == 1024).all()
-        e(rules.call(h, "layernorm", [tensor(x)], [tensor(out)], [attr("blocksize", 4096)]), E_INVALID_ARGUMENT,
-          "layernorm: out has shape (8,), expected (2,)")
+        e(
+            rules.call(h, "layernorm", [tensor(x)], [tensor(out)], [attr("blocksize", 4096)]),
+            E_INVALID_ARGUMENT,
+            "layernorm: out has shape (8,), expected (2,)",
+        )
         out3 = np.zeros(3, dtype=np.float32)
-        assert rules.call(h, "layernorm", [tensor(x)], [tensor(out3)], [attr("blocksize", 3000.0)]) == OK  # integral float
+        assert (
+            rules.call(h, "layernorm", [tensor(x)], [tensor(out3)], [attr("blocksize", 3000.0)]) == OK
+        )  # integral float
         assert out3.tolist() == [3000.0, 3000.0, 2192.0]
-        e(rules.call(h, "layernorm", [tensor(x)], [tensor(out3)], [attr("blocksize", 3000.5)]), E_INVALID_ARGUMENT,
-          "layernorm: attribute 'blocksize' is an int64, got the non-integral 3000.5")
-        e(rules.call(h, "layernorm", [tensor(x)], [tensor(out3)], [attr("blocksize", 2.0**70)]), E_INVALID_ARGUMENT,
-          "non-integral")
-        e(rules.call(h, "layernorm", [tensor(x)], [tensor(out3)], [attr("blocksize", 0)]), E_INVALID_ARGUMENT,
-          "attribute 'blocksize' must be positive")
-        assert rules.call(h, "layernorm", [tensor(x)], [tensor(out3)], [attr("blocksize", 3000), attr("scale", 2)]) == OK
+        e(
+            rules.call(h, "layernorm", [tensor(x)], [tensor(out3)], [attr("blocksize", 3000.5)]),
+            E_INVALID_ARGUMENT,
+            "layernorm: attribute 'blocksize' is an int64, got the non-integral 3000.5",
+        )
+        e(
+            rules.call(h, "layernorm", [tensor(x)], [tensor(out3)], [attr("blocksize", 2.0**70)]),
+            E_INVALID_ARGUMENT,
+            "non-integral",
+        )
+        e(
+            rules.call(h, "layernorm", [tensor(x)], [tensor(out3)], [attr("blocksize", 0)]),
+            E_INVALID_ARGUMENT,
+            "attribute 'blocksize' must be positive",
+        )
+        assert (
+            rules.call(h, "layernorm", [tensor(x)], [tensor(out3)], [attr("blocksize", 3000), attr("scale", 2)]) == OK
+        )
         assert out3.tolist() == [6000.0, 6000.0, 4384.0]
         # no inputs; output shape from an attribute; fixed dtype
         o = np.full(4, -1, dtype=np.int64)
         assert rules.call(h, "iota", [], [tensor(o)]) == OK and o.tolist() == [0, 1, 2, 3]
         o6 = np.zeros(6, dtype=np.int64)
         assert rules.call(h, "iota", [], [tensor(o6)], [attr("n", 6)]) == OK and o6.tolist() == list(range(6))
-        e(rules.call(h, "iota", [], [tensor(o6.astype(np.int32))], [attr("n", 6)]), E_INVALID_ARGUMENT,
-          "iota: out has dtype int32, expected int64")
+        e(
+            rules.call(h, "iota", [], [tensor(o6.astype(np.int32))], [attr("n", 6)]),
+            E_INVALID_ARGUMENT,
+            "iota: out has dtype int32, expected int64",
+        )
         e(rules.call(h, "iota", [], [tensor(o6)], [attr("n", -1)]), E_INVALID_ARGUMENT, "must be >= 0, got -1")
+        # an elementwise op without inputs (n == 0) still runs when its output has elements
+        f3 = np.zeros(3, dtype=np.float32)
+        assert rules.call(h, "ones", [], [tensor(f3)]) == OK and f3.tolist() == [1.0, 1.0, 1.0]
+        assert rules.call(h, "ones", [], [tensor(f3[:0])], [attr("n", 0)]) == OK
         # the op's own message, and a bare failing status
         f = np.ones(5, dtype=np.float32)
         msg = e(rules.call(h, "picky", [tensor(f)], [tensor(f)]), E_INVALID_ARGUMENT)
@@ -895,8 +1065,11 @@ def test_size_rules_attributes_and_op_messages(rules):
         i = np.ones(5, dtype=np.int32)
         msg = e(rules.call(h, "broken", [tensor(i)], [tensor(i)]), E_DEVICE)
         assert msg == "broken failed (status -5)"
-        e(rules.call(h, "broken", [tensor(f)], [tensor(f)]), E_INVALID_ARGUMENT,
-          "broken: x has dtype float32; allowed: int8, uint8, int32 or int64")
+        e(
+            rules.call(h, "broken", [tensor(f)], [tensor(f)]),
+            E_INVALID_ARGUMENT,
+            "broken: x has dtype float32; allowed: int8, uint8, int32 or int64",
+        )
     finally:
         rules.destroy(h)
 
@@ -915,8 +1088,13 @@ def many_ops_backend(count: int) -> str:
     rows.append(
         '    {"quote\\"back\\\\slash\\ttab", op_fn, 0, {CUPLUG_IN("x", CUPLUG_F32)}, {CUPLUG_OUT_LIKE("out", 0)}},'
     )
-    return '#include "cuplug_ops.h"\n' + fns + "static const cuplug_op cuplug_ops[] = {\n" + "\n".join(rows) + \
-        '\n};\n#include "cuplug_cpu_backend.h"\n'
+    return (
+        '#include "cuplug_ops.h"\n'
+        + fns
+        + "static const cuplug_op cuplug_ops[] = {\n"
+        + "\n".join(rows)
+        + '\n};\n#include "cuplug_cpu_backend.h"\n'
+    )
 
 
 def test_ping_of_40_ops_is_never_truncated(tmp_path):
@@ -952,8 +1130,9 @@ def test_ping_of_40_ops_is_never_truncated(tmp_path):
 # ---- fork ---------------------------------------------------------------------------------------
 
 FORK_SCRIPT = r"""
-import ctypes, os, sys, threading, time
+import ctypes, os, sys, threading, time, types
 sys.path.insert(0, sys.argv[2])
+sys.modules["conftest"] = types.SimpleNamespace(ROOT=None, build_shared_library=None)  # only the ctypes parts
 from test_cpu_abi_v2 import Lib, tensor, OK
 import numpy as np
 
@@ -1018,3 +1197,175 @@ def test_fork_during_a_call_does_not_deadlock(lib_path, tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("ok")
+
+
+# ---- the C ABI, fuzzed --------------------------------------------------------------------------
+
+try:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+except ImportError:  # hypothesis is a test dependency; without it only the fuzz test is skipped
+    given = None
+
+SHAPES = [(), (0,), (1,), (5,), (2, 3), (3, 0, 2), (1, 4, 1)]
+OPS = ["add", "scale_add", "sum", "", "mul", None]
+BAD_DTYPE = "complex64"
+
+
+def _fuzz_expect(op, dtype, shape, device, null_data, layout, out_kind, attrs_kind):
+    """True if the call is valid (then it must succeed and be right)."""
+    numel = int(np.prod(shape, dtype=np.int64))
+    if op not in ("add", "scale_add", "sum") or dtype == BAD_DTYPE or device not in (DEVICE_CPU, DEVICE_CUDA_HOST):
+        return False
+    if null_data and numel > 0:
+        return False
+    if layout == "transposed" and numel > 0 and sum(1 for s in shape if s != 1) >= 2:
+        return False
+    if out_kind != "good":
+        return False
+    if op == "scale_add":
+        return attrs_kind in ("none", "good")
+    return attrs_kind == "none"
+
+
+if given is not None:
+    call_st = st.tuples(
+        st.just("call"),
+        st.sampled_from(OPS),
+        st.sampled_from([*DTYPES, BAD_DTYPE]),
+        st.sampled_from(SHAPES),
+        st.sampled_from([DEVICE_CPU, DEVICE_CUDA_HOST, DEVICE_CUDA, 9]),
+        st.booleans(),  # NULL data
+        st.sampled_from(["none", "c", "transposed"]),  # strides
+        st.sampled_from(["good", "dtype", "shape"]),  # output
+        st.sampled_from(["none", "good", "unknown", "twice", "kind", "fraction"]),  # attributes
+    )
+    slot_st = st.integers(0, 7)  # 0..5: a known id (0: another instance's), 6..7: made up
+    fuzz_st = st.one_of(
+        call_st,
+        st.tuples(
+            st.just("alloc"),
+            st.sampled_from([*DTYPES, BAD_DTYPE]),
+            st.sampled_from([*SHAPES, (-1,), (2**62, 2**3), (1,) * 33]),
+        ),
+        st.tuples(st.just("copy"), st.sampled_from(["upload", "download"]), slot_st, st.sampled_from([0, -1, 1, None])),
+        st.tuples(st.just("tensor"), slot_st),
+        st.tuples(st.just("free"), slot_st),
+        st.tuples(st.just("resident"), st.sampled_from(OPS), slot_st, slot_st),
+        st.tuples(st.just("null-handle"), st.sampled_from(["call", "alloc", "free", "sync", "ping", "tensor"])),
+    )
+
+    @pytest.mark.reliability(
+        case="bad input to the C ABI, fuzzed",
+        how="hypothesis: 300 random call sequences on the CPU backend (unknown ops and dtypes, CUDA or unknown "
+        "devices, NULL data, non-contiguous strides, wrong outputs, bad attributes, bad shapes, ids freed, "
+        "of another instance or made up, wrong byte counts, NULL handle)",
+        expect="every call returns a documented status and, on error, a message; no crash; valid calls stay correct",
+    )
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(fuzz_st, min_size=1, max_size=25))
+    def test_c_abi_fuzz(lib, calls):
+        h, other = lib.create(), lib.create()
+        rng = np.random.default_rng(1)
+        try:
+            ids = [(lib.alloc(other, "float32", (4,)), 16)]  # (id, nbytes); ids[0] is another instance's
+            live: set[int] = set()  # ids of h not freed yet
+
+            def pick(k):
+                """(id, nbytes, live) for slot choice k."""
+                rid, nbytes = ids[k % len(ids)] if k < 6 else ((k << 40) | 12345, 16)
+                return rid, nbytes, rid in live
+
+            host = np.zeros(1 << 12, dtype=np.uint8)
+            for c in calls:
+                kind = c[0]
+                if kind == "call":
+                    _, op, dtype, shape, device, null_data, layout, out_kind, attrs_kind = c
+                    dt = "float32" if dtype == BAD_DTYPE else dtype
+                    x = random_array(dt, shape, rng)
+                    y = random_array(dt, shape, rng)
+                    strides = None
+                    if layout != "none":
+                        strides = [int(np.prod(shape[i + 1 :], dtype=np.int64)) for i in range(len(shape))]
+                        if layout == "transposed":
+                            strides = strides[::-1]
+                    tx = tensor(x, dt, device=device, strides=strides, data=0 if null_data else None)
+                    if dtype == BAD_DTYPE:
+                        tx.dtype = Dtype(5, 64, 1)
+                    ty = tensor(y, dt, device=device, strides=strides)
+                    is_int = dt in INTS
+                    out_dt = ("int64" if is_int else dt) if op == "sum" else dt
+                    out_shape = () if op == "sum" else shape
+                    if out_kind == "shape":
+                        out_shape = (*out_shape, 2)
+                    if out_kind == "dtype":
+                        out_dt = "int32" if out_dt != "int32" else "int8"
+                    out = np.zeros(out_shape, dtype=DTYPES[out_dt][2])
+                    attrs = {
+                        "none": [],
+                        "good": [attr("alpha", 3.0), attr("beta", -2)],
+                        "unknown": [attr("gamma", 1.0)],
+                        "twice": [attr("alpha", 1.0), attr("alpha", 1.0)],
+                        "kind": [Attr(b"alpha", 5, AttrValue(0))],
+                        "fraction": [attr("alpha", 0.5)] if is_int else [attr("beta", 1), attr("zeta", 2)],
+                    }[attrs_kind]
+                    ins = [tx, ty] if op == "add" else [tx]
+                    rc = lib.call(h, op, ins, [tensor(out, out_dt, device=device)], attrs)
+                    valid = _fuzz_expect(op, dtype, shape, device, null_data, layout, out_kind, attrs_kind)
+                    assert rc in CODES and (rc == OK) == valid, (c, rc, lib.error(h))
+                    if rc != OK:
+                        assert lib.error(h), c
+                    elif op == "add":
+                        assert_same_bits(out, ref_add(x, y, dt), dt)
+                    elif op == "scale_add":
+                        a, b = (3.0, -2.0) if attrs_kind == "good" else (1.0, 0.0)
+                        assert_same_bits(out, ref_scale_add(x, a, b, dt), dt)
+                    elif is_int:
+                        assert int(out) == int(x.astype(np.int64).sum(dtype=np.int64))
+                elif kind == "alloc":
+                    _, dtype, shape = c
+                    d = Dtype(5, 64, 1) if dtype == BAD_DTYPE else dtype_of(dtype)
+                    rid = lib.alloc(h, d, shape)
+                    valid = dtype != BAD_DTYPE and len(shape) <= 32 and all(s >= 0 for s in shape)
+                    valid = valid and int(np.prod(shape, dtype=object)) * 8 < 2**40
+                    assert (rid > 0) == valid and (rid > 0 or rid in CODES), (c, rid)
+                    if rid > 0:
+                        live.add(rid)
+                        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(DTYPES[dtype][2]).itemsize
+                        ids.append((rid, nbytes))
+                elif kind == "copy":
+                    _, which, k, delta = c
+                    rid, nbytes, alive = pick(k)
+                    n = nbytes + delta if delta is not None else nbytes
+                    fn = getattr(lib.lib, f"cuplug_backend_{which}")
+                    rc = fn(h, rid, host.ctypes.data if delta is not None else None, n)
+                    ok = alive and (delta == 0 or (delta is None and nbytes == 0))
+                    assert rc in CODES and (rc == OK) == ok, (c, rc, lib.error(h))
+                    if not alive:
+                        assert rc == E_BAD_BUFFER, (c, rc)
+                elif kind == "tensor":
+                    rid, _, alive = pick(c[1])
+                    assert lib.descriptor(h, rid)[0] == (OK if alive else E_BAD_BUFFER), c
+                elif kind == "free":
+                    rid, _, alive = pick(c[1])
+                    assert lib.lib.cuplug_backend_free(h, rid) == (OK if alive else E_BAD_BUFFER), c
+                    live.discard(rid)
+                elif kind == "resident":
+                    _, op, a, b = c
+                    ta, tb = lib.descriptor(h, ids[a % len(ids)][0])[1], lib.descriptor(h, ids[b % len(ids)][0])[1]
+                    ins = [ta, tb] if op == "add" else [ta]
+                    rc = lib.call(h, op, ins, [tb])
+                    assert rc in CODES, (c, rc)
+                else:
+                    rc = {
+                        "call": lambda: lib.lib.cuplug_backend_call(None, b"add", None, 0, None, 0, None, 0, 0),
+                        "alloc": lambda: lib.alloc(None, "float32", (4,)),
+                        "free": lambda: lib.lib.cuplug_backend_free(None, 1),
+                        "sync": lambda: lib.lib.cuplug_backend_sync(None),
+                        "ping": lambda: lib.lib.cuplug_backend_ping(None, None, 0),
+                        "tensor": lambda: lib.lib.cuplug_backend_tensor(None, 1, None),
+                    }[c[1]]()
+                    assert rc == E_INVALID_ARGUMENT, c
+        finally:
+            lib.destroy(h)
+            lib.destroy(other)

@@ -89,7 +89,7 @@ def _probe_body(args: argparse.Namespace) -> Any:
         out: dict[str, Any] = {"ok": False}
         t0 = time.perf_counter()
         steps.step = "load"
-        backend = loading.load()
+        backend = loading.load(args.backend)
         trace = backend.trace
         out.update(
             variant=backend.variant,
@@ -102,17 +102,22 @@ def _probe_body(args: argparse.Namespace) -> Any:
             steps.step = "info"
             info = backend.info()
             out["device"] = info.get("device", {}).get("name")
-            steps.step = "vector add"
-            n = (1 << 20) + 3  # many blocks and a scalar tail
-            x = array.array("f", (float(i % 1000) for i in range(n)))
-            y = array.array("f", (float((3 * i) % 7) for i in range(n)))
-            t1 = time.perf_counter()
-            got = backend.run("add", x, y)
-            out["add_ms"] = round((time.perf_counter() - t1) * 1e3, 3)
-            bad = next((i for i in range(n) if got[i] != x[i] + y[i]), None)
-            out["ok"] = bad is None
-            if bad is not None:
-                out["error"] = f"wrong result at {bad}: {got[bad]} != {x[bad] + y[bad]}"
+            if args.backend == "vector":
+                steps.step = "vector add"
+                n = (1 << 20) + 3  # many blocks and a scalar tail
+                x = array.array("f", (float(i % 1000) for i in range(n)))
+                y = array.array("f", (float((3 * i) % 7) for i in range(n)))
+                t1 = time.perf_counter()
+                got = backend.run("add", x, y)
+                out["add_ms"] = round((time.perf_counter() - t1) * 1e3, 3)
+                bad = next((i for i in range(n) if got[i] != x[i] + y[i]), None)
+                if bad is not None:
+                    raise _WrongResult(f"wrong result at {bad}: {got[bad]} != {x[bad] + y[bad]}")
+            steps.step = "every op on its sample, against the CPU twin"
+            out["ops"] = _probe_ops(backend, args.backend, steps)
+            out["ok"] = True
+        except _WrongResult as exc:
+            out["error"] = f"{steps.step}: {exc}"
         except CuplugError as exc:
             out["error"] = f"{steps.step}: {exc}"
         finally:
@@ -130,9 +135,11 @@ def _probe_body(args: argparse.Namespace) -> Any:
         else:
             where = f"{backend.cuda}/{backend.variant}" if backend.cuda else "cpu"
             verdict = "ok" if out["ok"] else f"FAILED ({out.get('error')})"
+            what = f"vector add of {(1 << 20) + 3} elements" if args.backend == "vector" else f"backend {args.backend}"
+            ops = f", {len(out.get('ops', {}))} op(s) checked against the CPU twin" if out.get("ops") else ""
             print(
                 _say(
-                    f"cuplug probe: {where} on {out.get('device')}: vector add of {n} elements {verdict} "
+                    f"cuplug probe: {where} on {out.get('device')}: {what} {verdict}{ops} "
                     f"in {out.get('add_ms', '?')} ms (total {out['total_ms']} ms)"
                 )
             )
@@ -142,6 +149,32 @@ def _probe_body(args: argparse.Namespace) -> Any:
         return code
 
     return body
+
+
+class _WrongResult(Exception):
+    """A backend answered, but not what the host computes."""
+
+
+def _probe_ops(backend: Any, name: str, steps: Any) -> dict[str, float]:
+    """Every op once on its declared sample, compared with the CPU twin's answer; ms per op."""
+    from . import loading, samples
+
+    times: dict[str, float] = {}
+    twin = backend if backend.variant == "cpu" else loading.load(name, env={**os.environ, "CUPLUG_BACKEND": "cpu"})
+    try:
+        for sig in backend.ops.values():
+            steps.step = f"op {sig.name} on its sample"
+            t = time.perf_counter()
+            got = samples.run_sample(backend, sig)
+            times[sig.name] = round((time.perf_counter() - t) * 1e3, 3)
+            if twin is not backend:
+                why = samples.compare(got, samples.run_sample(twin, twin.ops[sig.name]))
+                if why:
+                    raise _WrongResult(f"{sig.name}: {why}")
+    finally:
+        if twin is not backend:
+            twin.close()
+    return times
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -324,7 +357,7 @@ def cmd_warmup(args: argparse.Namespace) -> int:
         from . import warmup
 
         steps.step = "warmup (probe, load, JIT)"
-        report, code = warmup.run()
+        report, code = warmup.run(backend=args.backend)
         print(json.dumps(report, indent=2) if args.json else _say(warmup.format_report(report)))
         return code
 
@@ -365,6 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--allow-cpu", action="store_true", help="a correct CPU fallback exits 0")
+    p.add_argument(
+        "--backend",
+        default="vector",
+        help="the backend to probe (default vector): every op runs on its declared sample against the CPU twin",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--timeout", type=_timeout, default=120.0, help="seconds before a hung step is reported (120)")
     p.set_defaults(func=cmd_probe)
@@ -435,6 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     w.add_argument("--json", action="store_true", help="print one JSON object")
+    w.add_argument("--backend", default="vector", help="the backend whose ptx variants to warm (default vector)")
     w.add_argument(
         "--timeout", type=_timeout, default=600.0, help="seconds before a hung driver or JIT is reported (600)"
     )

@@ -428,8 +428,8 @@ int check_device_tensor(cuplug_backend* h, const char* op, const char* what, con
                    "that this backend (like PyTorch and CuPy) uses; allocate it in the primary context (cudaMalloc, "
                    "torch, cupy) or copy it there first",
                    op, what, t.data, dev);
-  const uintptr_t p = (uintptr_t)t.data;
-  if (size > 0 && (p < (uintptr_t)start || (unsigned long long)bytes > (uintptr_t)start + size - p))
+  const uintptr_t p = (uintptr_t)t.data, base = (uintptr_t)start;
+  if (size > 0 && (p < base || p - base > size || (unsigned long long)bytes > size - (p - base)))
     return h->fail(CUPLUG_E_INVALID_ARGUMENT,
                    "%s: %s needs %lld bytes at %p, but its allocation is %zu bytes at %p: the tensor runs past "
                    "the end of its memory",
@@ -713,8 +713,8 @@ int call_locked(cuplug_backend* h, const char* opname, const cuplug_tensor* in, 
   auto tensor_at = [&](int k) -> const cuplug_tensor& { return k < n_in ? in[k] : out[k - n_in]; };
   if (n_dev > 0 && n_host > 0)
     return h->fail(CUPLUG_E_INVALID_ARGUMENT,
-                   "%s: %s is a CUDA tensor (cuda:%d) but %s is a host tensor (%s); pass all operands on the device "
-                   "or all on the host (a call mixing them is not staged)",
+                   "%s: a mix of host and device operands: %s is a CUDA tensor (cuda:%d) but %s is a host tensor "
+                   "(%s); pass all operands on the device or all on the host (a mixed call is not staged)",
                    op->name, operand(first_dev), (int)tensor_at(first_dev).device_id, operand(first_host),
                    device_type_name(tensor_at(first_host).device_type));
 

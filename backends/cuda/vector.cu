@@ -29,6 +29,18 @@ using namespace cuplug_types;
 
 constexpr int kThreads = 256;
 
+// Tuning knobs (compile-time; the defaults are what the H200 measurements chose).
+#ifndef CUPLUG_VECTOR_EW_VECS
+#define CUPLUG_VECTOR_EW_VECS 1  // 16-byte vectors per thread and array in the elementwise kernel
+#endif
+#ifndef CUPLUG_VECTOR_SUM_UNROLL
+#define CUPLUG_VECTOR_SUM_UNROLL 4  // 16-byte vectors in flight per thread and iteration in sum
+#endif
+#ifndef CUPLUG_VECTOR_SUM_BLOCKS_PER_SM
+#define CUPLUG_VECTOR_SUM_BLOCKS_PER_SM 4
+#endif
+constexpr int kEwVecs = CUPLUG_VECTOR_EW_VECS;
+
 // 16 bytes of elements, as one vector load/store moves them.
 template <class T>
 union Vec {
@@ -120,9 +132,11 @@ struct ScaleAdd {
 };
 
 // ---- the elementwise kernel ------------------------------------------------------
-// vec: every pointer is 16-byte aligned; then one 16-byte vector per thread
-// (the grid covers them all; grid-stride if it could not) and a scalar tail of
-// fewer than 16 / sizeof(T) elements. Otherwise scalar, one element per thread.
+// vec: every pointer is 16-byte aligned; then kEwVecs 16-byte vectors per
+// thread (a block covers kThreads * kEwVecs consecutive vectors, each load
+// coalesced across the warp; the grid covers them all, grid-stride if it could
+// not) and a scalar tail of fewer than 16 / sizeof(T) elements. Otherwise
+// scalar, one element per thread.
 template <class T, class Op>
 __global__ void __launch_bounds__(kThreads)
     elementwise_kernel(const T* __restrict__ x, const T* __restrict__ y, T* __restrict__ out, long long n, int vec,
@@ -136,15 +150,30 @@ __global__ void __launch_bounds__(kThreads)
     const uint4* x4 = reinterpret_cast<const uint4*>(x);
     const uint4* y4 = reinterpret_cast<const uint4*>(y);
     uint4* o4 = reinterpret_cast<uint4*>(out);
-    for (long long i = t; i < nv; i += stride) {
-      Vec<T> a, b, o;
-      a.u = x4[i];
-      if constexpr (Op::kArity == 2) b.u = y4[i];
-      op.vec(a, b, o);
-      o4[i] = o.u;
+#pragma unroll 1
+    for (long long base = (long long)blockIdx.x * blockDim.x * kEwVecs; base < nv; base += stride * kEwVecs) {
+      Vec<T> a[kEwVecs], b[kEwVecs];
+#pragma unroll
+      for (int k = 0; k < kEwVecs; ++k) {
+        const long long i = base + k * kThreads + threadIdx.x;
+        if (i < nv) {
+          a[k].u = x4[i];
+          if constexpr (Op::kArity == 2) b[k].u = y4[i];
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kEwVecs; ++k) {
+        const long long i = base + k * kThreads + threadIdx.x;
+        if (i < nv) {
+          Vec<T> o;
+          op.vec(a[k], b[k], o);
+          o4[i] = o.u;
+        }
+      }
     }
     done = nv * kE;
   }
+#pragma unroll 1
   for (long long i = done + t; i < n; i += stride) {
     if constexpr (Op::kArity == 2)
       out[i] = op(x[i], y[i]);
@@ -161,7 +190,8 @@ int launch_elementwise(const cuplug_call* c, Op op) {
   const T* y = Op::kArity == 2 ? static_cast<const T*>(c->in[1].data) : nullptr;
   T* out = static_cast<T*>(c->out[0].data);
   const int vec = ((uintptr_t)x | (uintptr_t)y | (uintptr_t)out) % 16 == 0;
-  const long long items = vec ? (n + Vec<T>::kCount - 1) / Vec<T>::kCount : n;
+  const long long vectors = (n + Vec<T>::kCount - 1) / Vec<T>::kCount;
+  const long long items = vec ? (vectors + kEwVecs - 1) / kEwVecs : n;
   elementwise_kernel<T, Op><<<cuplug_cuda_full_grid(items, kThreads), kThreads, 0, (cudaStream_t)c->stream>>>(
       x, y, out, n, vec, op);
   return CUPLUG_OK;
@@ -256,8 +286,8 @@ __device__ __forceinline__ A block_reduce(A v, A* warp_sums) {
   return v;
 }
 
-constexpr int kSumUnroll = 4;        // 16-byte vectors in flight per thread and iteration
-constexpr int kSumBlocksPerSm = 4;   // 1024 threads per SM, 64 KiB of loads in flight
+constexpr int kSumUnroll = CUPLUG_VECTOR_SUM_UNROLL;            // 16-byte vectors in flight per thread
+constexpr int kSumBlocksPerSm = CUPLUG_VECTOR_SUM_BLOCKS_PER_SM;  // resident blocks per SM (launch bounds)
 constexpr size_t kSumTicketBytes = 256;  // scratch: ticket counter | partials[gridDim.x]
 
 // One pass: each block folds its elements into a partial; the last block to

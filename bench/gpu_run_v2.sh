@@ -23,3 +23,6 @@ done | tee "$OUT/scan_gpu.log"
 QUANTKIT_BENCH_JSON="$OUT/quant_bench.json" timeout 150 python3 -m pytest "$C/quant_tests" -q -p no:cacheprovider \
   -o addopts="" 2>&1 | tee "$OUT/quant_gpu.log" | tail -4
 timeout 150 python3 "$C/bench/typed_bench.py" "$OUT/typed.json" 2>&1 | tee "$OUT/typed.log" | tail -22
+echo "== variant wheels: uv picks for this GPU" | tee "$OUT/variant.log"
+(cd "$C/vw" && OUT="$OUT" timeout 150 bash bench/variant_wheels_gpu.sh) >> "$OUT/variant.log" 2>&1; echo "variant exit $?" | tee -a "$OUT/variant.log"
+grep -E "installed:|probe|exit" "$OUT/variant.log" | tail -8

@@ -177,7 +177,7 @@ try:
 except OSError:
     writable = False
 print(json.dumps({
-    "path": str(a.path), "same_handle": a._lib.lib._handle == b._lib.lib._handle,
+    "path": str(a.path), "same_handle": a._core.lib.lib._handle == b._core.lib.lib._handle,
     "memfds": len(memfds), "sealed": seals & want == want, "writable": writable,
     "real_path_mapped": str(a.path) in maps, "memfd_mapped": "/memfd:cuplug:libcuplug_vector_cpu.so" in maps,
     "sum": a.run("sum", memoryview(bytearray(b"\0\0\x80?" * 3)).cast("f")),

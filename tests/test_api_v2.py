@@ -379,3 +379,28 @@ def test_the_tensor_descriptor_is_dlpacks_dltensor():
 
     assert ctypes.sizeof(abi.CTensor) == 48 and abi.CTensor.shape.offset == 24 and abi.CTensor.byte_offset.offset == 40
     assert ctypes.sizeof(abi.CDtype) == 4 and abi.CTensor.dtype.offset == 20
+
+
+def test_an_input_can_take_its_shape_from_another_and_an_attribute():
+    """Per-block scales of a dequantize: checked before the call, and samples follow the rule."""
+    from cuplug import samples
+
+    sig = signature.OpSignature(
+        "dequantize",
+        {
+            "inputs": [
+                {"name": "q", "dtypes": ["int8"]},
+                {"name": "absmax", "dtypes": ["float32"], "shape": {"blocks_of": 0, "attr": "blocksize"}},
+            ],
+            "outputs": [{"name": "out", "dtype": {"fixed": "float32"}, "shape": {"like": 0}}],
+            "attrs": [{"name": "blocksize", "kind": "int64", "default": 256}],
+            "sample_n": 4096,
+        },
+    )
+    i8, f32 = cuplug.dtypes.BY_NAME["int8"], cuplug.dtypes.BY_NAME["float32"]
+    sig.check_inputs([(i8, (300,)), (f32, (2,))])
+    with pytest.raises(cuplug.InvalidInputError, match=r"dequantize: absmax has shape \[3\]; it must be \[2\]"):
+        sig.check_inputs([(i8, (300,)), (f32, (3,))])
+    sig.check_inputs([(i8, (300,)), (f32, (5,))], sig.attr_values({"blocksize": 64}))
+    inputs, _ = samples.sample_inputs(sig)
+    assert [b.shape for b in inputs] == [(4096,), (16,)]

@@ -20,6 +20,7 @@
  *
  * The "ops" JSON of the ping (one entry per op, in table order):
  *   "add": {"inputs":  [{"name":"x","dtypes":["float16",...]}, {"name":"y","like":0}],
+ *           (an input with a shape rule adds "shape": {...} as an output has)
  *           "outputs": [{"name":"out","dtype":{"like":0},"shape":{"like":0}}],
  *           "attrs":   [{"name":"alpha","kind":"float64","default":1.0}],
  *           "size_rules": [{"input":0,"multiple_of":4096,"min":4096,"max":null}],
@@ -89,14 +90,20 @@ static inline unsigned cuplug_dtype_bit(cuplug_dtype d) {
 #define CUPLUG_MAX_ARGS 8
 #define CUPLUG_MAX_SIZE_RULES 4
 
-/* An input: the dtypes it accepts, or like = k + 1 (same dtype and shape as input k). */
+/* An input: the dtypes it accepts, or like = k + 1 (same dtype and shape as input k);
+ * optionally a shape rule of its own, as an output has (CUPLUG_SHAPE_BLOCKS: 1-D,
+ * ceil(numel(input k) / attr), e.g. the per-block scales a dequantize reads). */
 typedef struct cuplug_input_spec {
     const char* name; /* NULL ends the list */
     unsigned dtypes;
-    int like; /* 0: none; k + 1: like input k */
+    int like;               /* 0: none; k + 1: like input k */
+    int shape_rule;         /* 0: any shape; CUPLUG_SHAPE_LIKE / _SCALAR / _BLOCKS / _ATTR */
+    int shape_arg;          /* input k (before this one) */
+    const char* shape_attr; /* for CUPLUG_SHAPE_BLOCKS / CUPLUG_SHAPE_ATTR */
 } cuplug_input_spec;
-#define CUPLUG_IN(name, dtypes) {(name), (dtypes), 0}
-#define CUPLUG_IN_LIKE(name, k) {(name), 0, (k) + 1}
+#define CUPLUG_IN(name, dtypes) {(name), (dtypes), 0, 0, 0, NULL}
+#define CUPLUG_IN_LIKE(name, k) {(name), 0, (k) + 1, 0, 0, NULL}
+#define CUPLUG_IN_SHAPED(name, dtypes, shape_rule, k, attr) {(name), (dtypes), 0, (shape_rule), (k), (attr)}
 
 enum { CUPLUG_DT_LIKE = 1, CUPLUG_DT_FIXED = 2, CUPLUG_DT_ACCUM = 3 };
 enum { CUPLUG_SHAPE_LIKE = 1, CUPLUG_SHAPE_SCALAR = 2, CUPLUG_SHAPE_BLOCKS = 3, CUPLUG_SHAPE_ATTR = 4 };

@@ -155,6 +155,22 @@ static inline const struct cuplug_dtype_entry* cuplug_dtype_entry_of_bit(unsigne
  * the length needed without the NUL, as snprintf does: call it with (NULL, 0)
  * for the size, then with a buffer of size + 1. Never truncates silently.
  */
+/* One shape rule as JSON: {"like":k} | {"scalar":true} | {"blocks_of":k,"attr":a} | {"attr":a}. */
+static inline void cuplug_shape_rule_json(cuplug_text* t, int rule, int arg, const char* attr) {
+    if (rule == CUPLUG_SHAPE_SCALAR) {
+        cuplug_text_printf(t, "{\"scalar\":true}");
+    } else if (rule == CUPLUG_SHAPE_BLOCKS || rule == CUPLUG_SHAPE_ATTR) {
+        if (rule == CUPLUG_SHAPE_BLOCKS)
+            cuplug_text_printf(t, "{\"blocks_of\":%d,\"attr\":", arg);
+        else
+            cuplug_text_printf(t, "{\"attr\":");
+        cuplug_text_json_string(t, attr);
+        cuplug_text_printf(t, "}");
+    } else {
+        cuplug_text_printf(t, "{\"like\":%d}", arg);
+    }
+}
+
 static inline int cuplug_ops_json(const cuplug_op* ops, int count, char* buf, size_t len) {
     cuplug_text t = {buf, len, 0};
     if (buf != NULL && len > 0) buf[0] = '\0';
@@ -178,7 +194,12 @@ static inline int cuplug_ops_json(const cuplug_op* ops, int count, char* buf, si
                         cuplug_text_printf(&t, "%s\"%s\"", first ? "" : ",", cuplug_dtypes[d].name);
                         first = 0;
                     }
-                cuplug_text_printf(&t, "]}");
+                cuplug_text_printf(&t, "]");
+                if (in->shape_rule) {
+                    cuplug_text_printf(&t, ",\"shape\":");
+                    cuplug_shape_rule_json(&t, in->shape_rule, in->shape_arg, in->shape_attr);
+                }
+                cuplug_text_printf(&t, "}");
             }
         }
         cuplug_text_printf(&t, "],\"outputs\":[");
@@ -195,19 +216,7 @@ static inline int cuplug_ops_json(const cuplug_op* ops, int count, char* buf, si
                                    o->dtype_arg);
             }
             cuplug_text_printf(&t, ",\"shape\":");
-            if (o->shape_rule == CUPLUG_SHAPE_SCALAR) {
-                cuplug_text_printf(&t, "{\"scalar\":true}");
-            } else if (o->shape_rule == CUPLUG_SHAPE_BLOCKS) {
-                cuplug_text_printf(&t, "{\"blocks_of\":%d,\"attr\":", o->shape_arg);
-                cuplug_text_json_string(&t, o->shape_attr);
-                cuplug_text_printf(&t, "}");
-            } else if (o->shape_rule == CUPLUG_SHAPE_ATTR) {
-                cuplug_text_printf(&t, "{\"attr\":");
-                cuplug_text_json_string(&t, o->shape_attr);
-                cuplug_text_printf(&t, "}");
-            } else {
-                cuplug_text_printf(&t, "{\"like\":%d}", o->shape_arg);
-            }
+            cuplug_shape_rule_json(&t, o->shape_rule, o->shape_arg, o->shape_attr);
             cuplug_text_printf(&t, "}");
         }
         cuplug_text_printf(&t, "],\"attrs\":[");
@@ -397,6 +406,41 @@ static inline int cuplug_normalized_int(const cuplug_op* op, const cuplug_attr* 
  * its dtype and shape (*ndim extents into shape[CUPLUG_MAX_NDIM]). Used by the
  * check below and by a framework that allocates outputs itself.
  */
+/* The shape a rule gives (like / scalar / blocks_of / attr), from inputs [0, n_known) and the
+ * normalized attributes: shared by inputs with a shape rule and by outputs. */
+static inline int cuplug_rule_shape(const cuplug_op* op, const char* what, int rule, int arg, const char* attr,
+                                    const cuplug_tensor* in, int n_known, const cuplug_attr* normalized, int* ndim,
+                                    int64_t* shape, char* err, size_t err_len) {
+    long long v = 0;
+    if (rule == CUPLUG_SHAPE_SCALAR) {
+        *ndim = 0;
+        return CUPLUG_OK;
+    }
+    if (rule == CUPLUG_SHAPE_BLOCKS || rule == CUPLUG_SHAPE_ATTR) {
+        if (!cuplug_normalized_int(op, normalized, attr, &v))
+            return cuplug_errorf(err, err_len, "%s: %s's shape names attribute '%s', which %s lacks", op->name, what,
+                                 attr ? attr : "(null)", op->name);
+        if (rule == CUPLUG_SHAPE_ATTR) {
+            if (v < 0)
+                return cuplug_errorf(err, err_len, "%s: attribute '%s' must be >= 0, got %lld", op->name, attr, v);
+            *ndim = 1, shape[0] = v;
+            return CUPLUG_OK;
+        }
+        if (v <= 0)
+            return cuplug_errorf(err, err_len, "%s: attribute '%s' must be positive, got %lld", op->name, attr, v);
+    }
+    if (arg < 0 || arg >= n_known)
+        return cuplug_errorf(err, err_len, "%s: %s's shape refers to input %d of %d", op->name, what, arg, n_known);
+    if (rule == CUPLUG_SHAPE_BLOCKS) {
+        long long n = cuplug_numel(&in[arg]);
+        *ndim = 1, shape[0] = n / v + (n % v != 0);
+        return CUPLUG_OK;
+    }
+    *ndim = in[arg].ndim;
+    for (int d = 0; d < in[arg].ndim; ++d) shape[d] = in[arg].shape[d];
+    return CUPLUG_OK;
+}
+
 static inline int cuplug_expected_output(const cuplug_op* op, int k, const cuplug_tensor* in, int n_in,
                                          const cuplug_attr* normalized, cuplug_dtype* dtype, int* ndim,
                                          int64_t* shape, char* err, size_t err_len) {
@@ -417,42 +461,10 @@ static inline int cuplug_expected_output(const cuplug_op* op, int k, const cuplu
             *dtype = i64;
         }
     }
-    long long v = 0;
-    switch (o->shape_rule) {
-        case CUPLUG_SHAPE_SCALAR:
-            *ndim = 0;
-            break;
-        case CUPLUG_SHAPE_BLOCKS:
-        case CUPLUG_SHAPE_ATTR:
-            if (!cuplug_normalized_int(op, normalized, o->shape_attr, &v))
-                return cuplug_errorf(err, err_len, "%s: output %s's shape names attribute '%s', which %s lacks",
-                                     op->name, o->name, o->shape_attr ? o->shape_attr : "(null)", op->name);
-            if (o->shape_rule == CUPLUG_SHAPE_BLOCKS) {
-                if (o->shape_arg < 0 || o->shape_arg >= n_in)
-                    return cuplug_errorf(err, err_len, "%s: output %s's shape refers to input %d of %d", op->name,
-                                         o->name, o->shape_arg, n_in);
-                if (v <= 0)
-                    return cuplug_errorf(err, err_len, "%s: attribute '%s' must be positive, got %lld", op->name,
-                                         o->shape_attr, v);
-                long long n = cuplug_numel(&in[o->shape_arg]);
-                shape[0] = n / v + (n % v != 0);
-            } else {
-                if (v < 0)
-                    return cuplug_errorf(err, err_len, "%s: attribute '%s' (the length of %s) must be >= 0, got %lld",
-                                         op->name, o->shape_attr, o->name, v);
-                shape[0] = v;
-            }
-            *ndim = 1;
-            break;
-        default: /* CUPLUG_SHAPE_LIKE */
-            if (o->shape_arg < 0 || o->shape_arg >= n_in)
-                return cuplug_errorf(err, err_len, "%s: output %s's shape refers to input %d of %d", op->name, o->name,
-                                     o->shape_arg, n_in);
-            *ndim = in[o->shape_arg].ndim;
-            for (int i = 0; i < *ndim; ++i) shape[i] = in[o->shape_arg].shape[i];
-            break;
-    }
-    return CUPLUG_OK;
+    char what[96];
+    snprintf(what, sizeof what, "output %s", o->name);
+    return cuplug_rule_shape(op, what, o->shape_rule, o->shape_arg, o->shape_attr, in, n_in, normalized, ndim, shape,
+                             err, err_len);
 }
 
 /*
@@ -518,6 +530,22 @@ static inline int cuplug_check_call(const cuplug_op* op, const cuplug_tensor* in
 
     int rc = cuplug_normalize_attrs(op, attrs, n_attrs, normalized, err, err_len);
     if (rc != CUPLUG_OK) return rc;
+
+    for (int k = 0; k < n_in; ++k) { /* inputs whose shape follows from earlier inputs and attributes */
+        const cuplug_input_spec* spec = &op->inputs[k];
+        if (!spec->shape_rule) continue;
+        int64_t want[CUPLUG_MAX_NDIM];
+        int want_ndim = 0;
+        rc = cuplug_rule_shape(op, spec->name, spec->shape_rule, spec->shape_arg, spec->shape_attr, in, k,
+                               normalized, &want_ndim, want, err, err_len);
+        if (rc != CUPLUG_OK) return rc;
+        int same = in[k].ndim == want_ndim;
+        for (int d = 0; same && d < want_ndim; ++d) same = in[k].shape[d] == want[d];
+        if (!same)
+            return cuplug_errorf(err, err_len, "%s: %s has shape %s; it must be %s", op->name, spec->name,
+                                 cuplug_shape_text(in[k].ndim, in[k].shape, s1, sizeof s1),
+                                 cuplug_shape_text(want_ndim, want, s2, sizeof s2));
+    }
 
     for (int r = 0; r < cuplug_op_n_size_rules(op); ++r) {
         const cuplug_size_rule* rule = &op->sizes[r];

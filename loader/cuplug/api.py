@@ -446,8 +446,8 @@ class Backend:
         args = [self._arg(x, f"{op}: {sig.inputs[i].name if i < len(sig.inputs) else i}", False, handshake)
                 for i, x in enumerate(inputs)]
         specs = [(a.dtype, a.shape) for a in args]
-        sig.check_inputs(specs)
         attr_values = sig.attr_values(attrs)
+        sig.check_inputs(specs, attr_values)
         out_specs = sig.output_specs(specs, attr_values)
         host = all(a.host for a in args) if args else True
         if args and any(a.host for a in args) != host:

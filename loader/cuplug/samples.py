@@ -65,12 +65,17 @@ def _pattern(dt: dtypes.DType, n: int) -> list[float]:
 
 
 def sample_inputs(sig: OpSignature) -> tuple[list[HostBuffer], dict[str, Any]]:
-    """Host inputs and attributes for one call of ``sig``: ``sample_n`` elements each, 1-D."""
+    """Host inputs and attributes for one call of ``sig``: ``sample_n`` elements each, 1-D, except inputs
+    whose signature gives their shape (e.g. per-block scales)."""
     inputs: list[HostBuffer] = []
+    values = {name: value for name, _, value in sig.attr_values({})}
     for i, inp in enumerate(sig.inputs):
         dt = inputs[inp.like].dtype if inp.like is not None and inp.like < i else sig.sample_dtype(i)
-        buf = HostBuffer(dt, (sig.sample_n,))
-        buf.fill(_pattern(dt, sig.sample_n))
+        shape: tuple[int, ...] = (sig.sample_n,)
+        if inp.shape_rule is not None:  # e.g. per-block scales: their count follows from input k
+            shape = sig._rule_shape(inp.shape_rule, [(b.dtype, b.shape) for b in inputs], values)
+        buf = HostBuffer(dt, shape)
+        buf.fill(_pattern(dt, buf.n))
         inputs.append(buf)
     return inputs, {}
 

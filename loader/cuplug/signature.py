@@ -21,13 +21,14 @@ def _numel(shape: Shape) -> int:
 
 
 class Input:
-    __slots__ = ("name", "dtypes", "like")
+    __slots__ = ("name", "dtypes", "like", "shape_rule")
 
     def __init__(self, spec: dict[str, Any]) -> None:
         self.name = str(spec.get("name", "x"))
         like = spec.get("like")
         self.like: int | None = int(like) if like is not None else None
         self.dtypes = tuple(dtypes.BY_NAME[n] for n in spec.get("dtypes", ()) if n in dtypes.BY_NAME)
+        self.shape_rule: dict[str, Any] | None = dict(spec["shape"]) if isinstance(spec.get("shape"), dict) else None
 
 
 class Output:
@@ -91,8 +92,11 @@ class OpSignature:
         return f"{self.name}({ins}{attrs}) -> ({outs})"
 
     # ---- checks, before anything reaches C
-    def check_inputs(self, specs: list[tuple[dtypes.DType, Shape]]) -> None:
-        """``specs``: (dtype, shape) per input. Raises InvalidInputError naming the op and the operand."""
+    def check_inputs(
+        self, specs: list[tuple[dtypes.DType, Shape]], attrs: list[tuple[str, str, int | float]] | None = None
+    ) -> None:
+        """``specs``: (dtype, shape) per input; ``attrs`` from attr_values() (defaults if None).
+        Raises InvalidInputError naming the op and the operand."""
         if len(specs) != len(self.inputs):
             names = ", ".join(i.name for i in self.inputs)
             raise InvalidInputError(f"{self.name} takes {len(self.inputs)} input(s) ({names}), got {len(specs)}")
@@ -109,6 +113,14 @@ class OpSignature:
             elif dt not in inp.dtypes:
                 allowed = ", ".join(d.name for d in inp.dtypes)
                 raise InvalidInputError(f"{self.name}: {inp.name} (input {i}) is {dt.name}; it takes {allowed}")
+        values = {name: value for name, _, value in (attrs if attrs is not None else self.attr_values({}))}
+        for i, inp in enumerate(self.inputs):
+            if inp.shape_rule is not None:
+                want = self._rule_shape(inp.shape_rule, specs, values)
+                if specs[i][1] != want:
+                    raise InvalidInputError(
+                        f"{self.name}: {inp.name} has shape {list(specs[i][1])}; it must be {list(want)}"
+                    )
         for rule in self.size_rules:
             if not 0 <= rule.input < len(specs):
                 continue
@@ -164,19 +176,21 @@ class OpSignature:
             else:
                 src = specs[int(dr.get("accum_of", dr.get("like", 0)))][0]
                 dt = dtypes.BY_NAME["int64"] if "accum_of" in dr and not src.is_float else src
-            if sr.get("scalar"):
-                shape: Shape = ()
-            elif "blocks_of" in sr:
-                block = int(values.get(str(sr.get("attr")), 0))
-                if block <= 0:
-                    raise InvalidInputError(f"{self.name}: attribute {sr.get('attr')} must be > 0, got {block}")
-                shape = (-(-_numel(specs[int(sr["blocks_of"])][1]) // block),)
-            elif "attr" in sr:
-                shape = (int(values.get(str(sr["attr"]), 0)),)
-            else:
-                shape = specs[int(sr.get("like", 0))][1]
-            result.append((dt, shape))
+            result.append((dt, self._rule_shape(sr, specs, values)))
         return result
+
+    def _rule_shape(self, rule: dict[str, Any], specs: list[tuple[dtypes.DType, Shape]], values: dict[str, Any]) -> Shape:
+        """The shape a rule gives: like input k, a scalar, ceil(numel(k) / attr), or attr elements."""
+        if rule.get("scalar"):
+            return ()
+        if "blocks_of" in rule:
+            block = int(values.get(str(rule.get("attr")), 0))
+            if block <= 0:
+                raise InvalidInputError(f"{self.name}: attribute {rule.get('attr')} must be > 0, got {block}")
+            return (-(-_numel(specs[int(rule["blocks_of"])][1]) // block),)
+        if "attr" in rule:
+            return (int(values.get(str(rule["attr"]), 0)),)
+        return specs[int(rule.get("like", 0))][1]
 
     def sample_dtype(self, index: int) -> dtypes.DType:
         """The dtype a sample input uses: float32 where allowed, else the first allowed."""

@@ -30,7 +30,7 @@ static const cuplug_op cuplug_ops[] = {
     {"dequantize_blockwise",
      dequantize_blockwise,
      0,
-     {CUPLUG_IN("q", CUPLUG_I8), CUPLUG_IN("absmax", CUPLUG_F32)},
+     {CUPLUG_IN("q", CUPLUG_I8), CUPLUG_IN_SHAPED("absmax", CUPLUG_F32, CUPLUG_SHAPE_BLOCKS, 0, "blocksize")},
      {CUPLUG_OUT("out", CUPLUG_DT_FIXED, CUPLUG_F32, CUPLUG_SHAPE_LIKE, 0, NULL)},
      {CUPLUG_ATTR_INT("blocksize", 256)},
      {{0, 0, 0, 0}},

@@ -8,8 +8,9 @@
  *   tensor is refused with CUPLUG_E_WRONG_DEVICE before anything runs.
  * - Every call is checked against the op's signature (cuplug_check_call); ops
  *   see C-contiguous tensors with byte_offset folded into data, and n = numel
- *   of input 0. An elementwise op with n == 0 is not called (nothing to do); a
- *   non-elementwise op is, and writes its outputs (a sum of nothing is 0).
+ *   of input 0. An elementwise op whose tensors are all empty is not called
+ *   (nothing to do); a non-elementwise op is, with n == 0, and writes its
+ *   outputs (a sum of nothing is 0).
  * - Streams do not exist here: `stream` arguments are accepted and ignored,
  *   stream_wait() and sync() only validate the handle.
  * - Each instance has a mutex that serializes its calls.
@@ -44,7 +45,9 @@ struct cuplug_backend {
 
 static pthread_mutex_t cuplug_cpu_list_lock = PTHREAD_MUTEX_INITIALIZER;
 static cuplug_backend* cuplug_cpu_instances = NULL;
-static pthread_once_t cuplug_cpu_atfork_once = PTHREAD_ONCE_INIT;
+/* Not pthread_once: that is a GLIBC_2.34 symbol when linked on a new host, and the main wheel's
+ * CPU twin must stay manylinux_2_17. The flag is read and set under cuplug_cpu_list_lock. */
+static int cuplug_cpu_atfork_registered = 0;
 static __thread char cuplug_cpu_create_error[CUPLUG_ERR_LEN];
 
 static void cuplug_cpu_prefork(void) {
@@ -83,7 +86,12 @@ CUPLUG_API cuplug_backend* cuplug_backend_create(const char* device_pref) {
                  device_pref);
         return NULL;
     }
-    pthread_once(&cuplug_cpu_atfork_once, cuplug_cpu_register_atfork);
+    pthread_mutex_lock(&cuplug_cpu_list_lock);
+    if (!cuplug_cpu_atfork_registered) {
+        cuplug_cpu_register_atfork();
+        cuplug_cpu_atfork_registered = 1;
+    }
+    pthread_mutex_unlock(&cuplug_cpu_list_lock);
     cuplug_backend* h = (cuplug_backend*)calloc(1, sizeof(*h));
     if (h == NULL) {
         snprintf(cuplug_cpu_create_error, CUPLUG_ERR_LEN, "out of host memory creating the cpu backend");
@@ -186,10 +194,12 @@ static int cuplug_cpu_call_locked(cuplug_backend* h, const char* opname, const c
                                   cuplug_tensor* out, int n_out, const cuplug_attr* attrs, int n_attrs) {
     const cuplug_op* op = cuplug_find_op(cuplug_ops, CUPLUG_CPU_OP_COUNT, opname);
     if (op == NULL) {
-        char names[512];
-        cuplug_op_names(cuplug_ops, CUPLUG_CPU_OP_COUNT, names, sizeof names);
-        return cuplug_cpu_fail(h, CUPLUG_E_UNKNOWN_OP, "unknown op '%s' (this backend has %s)",
-                               opname ? opname : "(null)", names);
+        char names[400];
+        if (cuplug_op_names(cuplug_ops, CUPLUG_CPU_OP_COUNT, names, sizeof names) < (int)sizeof names)
+            return cuplug_cpu_fail(h, CUPLUG_E_UNKNOWN_OP, "unknown op '%.64s' (this backend has %s)",
+                                   opname ? opname : "(null)", names);
+        return cuplug_cpu_fail(h, CUPLUG_E_UNKNOWN_OP, "unknown op '%.64s' (this backend has %d ops; its ping lists them)",
+                               opname ? opname : "(null)", CUPLUG_CPU_OP_COUNT);
     }
     /* The device first (a CUDA tensor is the likeliest mistake), for the tensors the check will look at. */
     if (in != NULL && n_in == cuplug_op_n_inputs(op))
@@ -227,7 +237,11 @@ static int cuplug_cpu_call_locked(cuplug_backend* h, const char* opname, const c
     call.backend = h;
     call.error = op_error;
     call.error_len = sizeof op_error;
-    if (call.n == 0 && (op->flags & CUPLUG_ELEMENTWISE)) return CUPLUG_OK; /* nothing to compute */
+    if (op->flags & CUPLUG_ELEMENTWISE) { /* all empty: nothing to compute */
+        long long total = call.n;
+        for (int k = 0; k < n_out; ++k) total += cuplug_numel(&fout[k]);
+        if (total == 0) return CUPLUG_OK;
+    }
     rc = op->fn(&call);
     if (rc == CUPLUG_OK) return CUPLUG_OK;
     if (rc > 0 || rc < CUPLUG_E_WRONG_DEVICE) rc = CUPLUG_E_INVALID_ARGUMENT; /* not a cuplug status */

@@ -297,6 +297,11 @@ static inline int cuplug_check_tensor(const char* opname, const char* what, cons
     int rc = cuplug_check_shape(label, t->ndim, t->shape, itemsize, &n, &nbytes, err, err_len);
     if (rc != CUPLUG_OK) return rc;
     if (t->data == NULL && n > 0) return cuplug_errorf(err, err_len, "%s has a NULL data pointer", label);
+    /* Misaligned elements would be undefined behaviour on the host and a sticky
+     * cudaErrorMisalignedAddress on a GPU: refused here, for every device. */
+    if (n > 0 && ((uintptr_t)t->data + (uintptr_t)t->byte_offset) % (uintptr_t)itemsize != 0)
+        return cuplug_errorf(err, err_len, "%s: data + byte_offset (%p + %llu) is not aligned to its %d-byte elements",
+                             label, t->data, (unsigned long long)t->byte_offset, itemsize);
     if (t->strides != NULL && n > 0) {
         long long expect = 1;
         for (int i = t->ndim - 1; i >= 0; --i) {
@@ -456,7 +461,7 @@ static inline int cuplug_expected_output(const cuplug_op* op, int k, const cuplu
  *    (a data pointer may be NULL only for a tensor of 0 elements);
  *  - every tensor: dtype known (lanes 1), ndim 0..32, extents >= 0, numel * itemsize
  *    fits int64, C-contiguous (strides NULL or the C-contiguous ones; extents of 1
- *    and tensors of 0 elements ignored);
+ *    and tensors of 0 elements ignored), data + byte_offset aligned to the itemsize;
  *  - inputs: dtype in the input's mask, or equal in dtype and shape to input k (like);
  *  - attributes by name: unknown names and duplicates refused; an int64 attribute
  *    given as float64 must be integral (it is converted), a float64 one given as

@@ -5,6 +5,8 @@
     nox -s tests             # installs scankit from dist/ and runs tests/ against it
 
 cuplug comes from PyPI, or from the directories in CUPLUG_FIND_LINKS (os.pathsep-separated).
+Build directories are kept (build/cuda12, build/cuda13, build/cpu): a second run with nothing
+changed compiles nothing, although nox recreates its venvs (and so reinstalls cuplug) each time.
 """
 
 from __future__ import annotations
@@ -57,7 +59,11 @@ def wheels(session: nox.Session) -> None:
     """The main wheel (Python + CPU twin) and one wheel per CUDA major, into dist/."""
     build_backends(session)
     shutil.rmtree(ROOT / "dist", ignore_errors=True)
-    session.run("python", "-m", "build", "--wheel", "--no-isolation", "--outdir", "build/raw", ".")
+    # A kept build directory (scikit-build-core's default is a new temporary one): the CPU twin,
+    # like the variants in build/<major>, is rebuilt only when its sources change.
+    session.run(
+        "python", "-m", "build", "--wheel", "--no-isolation", "-C", "build-dir=build/cpu", "--outdir", "build/raw", "."
+    )
     session.run(
         "python",
         "-m",

@@ -69,10 +69,12 @@ class WarmResult:
     error: str | None = None
 
 
-def warm(env: dict[str, str] | None = None) -> tuple[list[WarmResult], str | None, str | None]:
+def warm(
+    env: dict[str, str] | None = None, backend: str = "vector"
+) -> tuple[list[WarmResult], str | None, str | None]:
     """(results, why nothing could be warmed, decision code) for every accepted ptx artifact."""
     env = dict(os.environ) if env is None else env
-    trace = loading.decide(env=env)
+    trace = loading.decide(backend, env=env)
     if trace.probe is None or trace.probe.code != reasons.OK:
         why = trace.decision_reason if trace.probe is None else trace.probe.reason
         return [], f"no GPU to compile for: {why}", trace.decision_code if trace.probe is None else trace.probe.code
@@ -97,12 +99,12 @@ def warm(env: dict[str, str] | None = None) -> tuple[list[WarmResult], str | Non
     return results, None, reasons.OK
 
 
-def run(env: dict[str, str] | None = None) -> tuple[dict[str, Any], int]:
+def run(env: dict[str, str] | None = None, backend: str = "vector") -> tuple[dict[str, Any], int]:
     """The warmup report and its exit code."""
     env = dict(os.environ) if env is None else env
     d = cache_dir(env)
     before = _cache_bytes(d)
-    results, nothing, code = warm(env)
+    results, nothing, code = warm(env, backend)
     report: dict[str, Any] = {
         "cache_dir": str(d),
         "cache_problem": cache_problem(env),

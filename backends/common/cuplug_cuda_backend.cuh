@@ -122,7 +122,7 @@ struct DriverApi {
   CUresult (*ctx_get_current)(CUcontext*);
 };
 DriverApi g_driver;
-pthread_once_t g_driver_once = PTHREAD_ONCE_INIT;
+bool g_driver_resolved = false;  // under g_create_lock (not pthread_once: GLIBC_2.34 when linked on a new host)
 
 void* driver_symbol(const char* name) {
   void* fn = nullptr;
@@ -866,7 +866,7 @@ CUPLUG_API cuplug_backend* cuplug_backend_create(const char* device_pref) {
   }
   // The context the runtime made current for `device` (its primary context):
   // what device pointers passed to call() must belong to.
-  pthread_once(&g_driver_once, resolve_driver);
+  if (!g_driver_resolved) resolve_driver(), g_driver_resolved = true;  // g_create_lock is held
   CUcontext ctx = nullptr;
   if (g_driver.ctx_get_current && g_driver.ctx_get_current(&ctx) == CUDA_SUCCESS) h->context = ctx;
   h->max_stagers = stagers_from_env();

@@ -135,7 +135,15 @@ def test_one_step_nvcc_shared_is_named_as_a_device_link(major, tmp_path):
     (tmp_path / "one.cu").write_text(KERNEL.format(ns="one"))
     so = tmp_path / "libonestep.so"
     subprocess.run(
-        [str(tc.nvcc), "-shared", "-Xcompiler=-fPIC", *_gencode("sm_75", "sm_80"), str(tmp_path / "one.cu"), "-o", str(so)],
+        [
+            str(tc.nvcc),
+            "-shared",
+            "-Xcompiler=-fPIC",
+            *_gencode("sm_75", "sm_80"),
+            str(tmp_path / "one.cu"),
+            "-o",
+            str(so),
+        ],
         check=True,
         capture_output=True,
     )
@@ -149,7 +157,9 @@ def test_one_step_nvcc_shared_is_named_as_a_device_link(major, tmp_path):
 def test_the_same_object_linked_twice_is_refused(tmp_path):
     tc = _toolchain("cuda13")
     obj = _object(tc, tmp_path, "twice", STATIC_KERNEL, ("sm_80",))
-    with pytest.raises(artifacts.BuildError, match=r"the same sm_80 image \(kernels twice\(float\*\)\) is embedded 2 times"):
+    with pytest.raises(
+        artifacts.BuildError, match=r"the same sm_80 image \(kernels twice\(float\*\)\) is embedded 2 times"
+    ):
         artifacts.read_device_code(tc, _link(tmp_path, obj, obj))
 
 

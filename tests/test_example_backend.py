@@ -201,9 +201,9 @@ def test_example_changed_cu_recompiles_that_file_only(scan_project):
     kernels = scan_project / "cuda" / "scan_kernels.cu"
     kernels.write_text(kernels.read_text() + "// changed\n")
     python = scan_project / ".nox" / "wheels" / "bin" / "python"  # the venv the last run left
+    cmd = [str(python), "-m", "cuplug.build", "variants", "--cuda", "cuda13", "--source", "cuda"]
     proc = subprocess.run(
-        [str(python), "-m", "cuplug.build", "variants", "--cuda", "cuda13", "--source", "cuda"]
-        + ["--out", "build/cuda13", "--backend", "scan"],
+        [*cmd, "--out", "build/cuda13", "--backend", "scan"],
         cwd=scan_project,
         capture_output=True,
         text=True,

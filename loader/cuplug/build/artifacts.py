@@ -148,7 +148,7 @@ def _with_reader_sizes(so: Path, images: list[Image]) -> list[Image]:
     listed = [re.sub(r"[af]$", "", im.target) for im in images]
     if seen != listed:
         raise BuildError(f"{so}: cuobjdump lists images {listed}, cuplug's fatbin reader {seen}")
-    return [dataclasses.replace(im, size=e.payload_size) for im, e in zip(images, entries)]
+    return [dataclasses.replace(im, size=e.payload_size) for im, e in zip(images, entries, strict=True)]
 
 
 def _demangle(names: list[str]) -> list[str]:
@@ -188,7 +188,7 @@ def check_images(tc: Toolchain, so: Path, images: list[Image]) -> None:
         targets = ", ".join(sorted({im.target for im in empty}, key=_arch_key))
         tools = _image_tools(tc, so)
         sass = [im for im in images if im.sass]
-        if any(not im.kernels and tool == "nvlink" for im, tool in zip(sass, tools)):
+        if any(not im.kernels and tool == "nvlink" for im, tool in zip(sass, tools, strict=False)):
             raise BuildError(
                 f"{so}: {len(empty)} device images hold no kernel ({targets}) and were made by nvlink: a device "
                 f"link ran when the library was linked ({_DEVICE_LINK_USERS}); it embeds an extra, kernel-less "

@@ -244,7 +244,9 @@ def build_variant_wheels(
         with tempfile.TemporaryDirectory() as tmp:
             sub = Path(tmp) / "build"
             sub.mkdir()
-            (sub / "manifest.json").write_text(json.dumps({**manifest, "artifacts": list(p.artifacts)}, indent=2) + "\n")
+            (sub / "manifest.json").write_text(
+                json.dumps({**manifest, "artifacts": list(p.artifacts)}, indent=2) + "\n"
+            )
             for a in p.artifacts:
                 (sub / a["file"]).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(build_dir / a["file"], sub / a["file"])

@@ -202,18 +202,20 @@ def add_variant(repaired: Path, label: str, metadata: bytes, out_dir: Path) -> P
         infos = zin.infolist()
         dist_info = next(i.filename.split("/")[0] for i in infos if i.filename.endswith(".dist-info/RECORD"))
         files = {i.filename: zin.read(i) for i in infos}
+        attrs = {i.filename: i.external_attr for i in infos}
     record_name = f"{dist_info}/RECORD"
     vname = f"{dist_info}/variant.json"
     files.pop(vname, None)
     files.pop(record_name)
     files[vname] = metadata
-    record = [_wheel._record_line(n, data) for n, data in files.items()] + [f"{record_name},,"]
-    files[record_name] = ("\n".join(record) + "\n").encode()
+    # RECORD lists files only (auditwheel's directory entries stay in the archive, unlisted, as it wrote them).
+    record = [_wheel._record_line(n, data) for n, data in files.items() if not n.endswith("/")]
+    files[record_name] = ("\n".join([*record, f"{record_name},,"]) + "\n").encode()
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
         for n, data in files.items():
             info = zipfile.ZipInfo(n, date_time=_wheel._REPRODUCIBLE_DATE)
-            info.external_attr = (0o755 if n.endswith(".so") or ".so." in n else 0o644) << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = attrs.get(n) or (0o644 << 16)
+            info.compress_type = zipfile.ZIP_STORED if n.endswith("/") else zipfile.ZIP_DEFLATED
             zf.writestr(info, data)
     return out
 
@@ -295,6 +297,13 @@ def check_variant(wheel: Path) -> list[str]:
         problems += [f"{vfiles[0]}: {p}" for p in validate(doc, label)]
         manifests = [n for n in names if n.endswith("/manifest.json") and n.count("/") == 1]
         arts = [a for m in manifests for a in json.loads(zf.read(m)).get("artifacts", ())]
+        record_name = vfiles[0].rsplit("/", 1)[0] + "/RECORD"
+        want_record = {_wheel._record_line(n, zf.read(n)) for n in names if not n.endswith("/") and n != record_name}
+        got_record = (
+            set(zf.read(record_name).decode().splitlines()) - {f"{record_name},,"} if record_name in names else set()
+        )
+        if got_record != want_record:
+            problems.append(f"{record_name} does not list exactly the files of the wheel with their digests")
     want = {} if label == NULL_LABEL else properties_of(arts)
     got = (doc.get("variants") or {}).get(label)
     if got != want:

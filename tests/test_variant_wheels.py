@@ -156,6 +156,8 @@ def test_variant_check_never_raises(tmp_path):
     probe = driver.ProbeResult("ok", "", True, None, 13000, (driver.Device(0, "H200", (9, 0), 1, "GPU-x"),))
     rows = variant_check.report(probe, paths=[str(tmp_path)])
     assert [r["code"] for r in rows] == ["unreadable"]
+    assert variant_check.report(probe, paths=[str(tmp_path)], packages=[tmp_path / "other"]) == []
+    assert len(variant_check.report(None, paths=[str(tmp_path)], packages=[tmp_path / "cuplug_cuda13"])) == 1
     assert variant_check.report(driver.ProbeResult("no-driver", "x"), paths=[str(tmp_path / "nothing")]) == []
     assert variant_check.format_report(rows)[0].startswith("variant wheel cuplug_cuda13: all-variant unreadable")
 

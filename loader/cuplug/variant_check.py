@@ -211,17 +211,26 @@ def backend_dist_infos(paths: list[str] | None = None) -> list[Path]:
     return found
 
 
-def report(probe: Any, device: int = 0, paths: list[str] | None = None) -> list[dict[str, Any]]:
+def report(
+    probe: Any, device: int | None = 0, paths: list[str] | None = None, packages: Any = None
+) -> list[dict[str, Any]]:
     """One ``VariantStatus.to_json()`` per installed backend distribution, for ``cuplug doctor``.
 
-    ``probe`` is a ``cuplug.driver.ProbeResult`` (or anything with ``devices`` and ``driver_version``);
-    ``device`` is the index of the device the loader will use.
+    ``probe`` is a ``cuplug.driver.ProbeResult`` (or anything with ``devices`` and ``driver_version``;
+    None: no device); ``device`` is the index of the device the loader will use (None: the first);
+    ``packages``, if given, limits the report to those package directories (``trace.packages``:
+    objects with ``.directory``, or paths), i.e. to the backend doctor was asked about.
     """
     devices = list(getattr(probe, "devices", ()) or ())
     dev = next((d for d in devices if getattr(d, "index", None) == device), devices[0] if devices else None)
     cap = tuple(dev.capability) if dev is not None else None
+    wanted = None
+    if packages is not None:
+        wanted = {Path(getattr(p, "directory", p)).resolve() for p in packages}
     out = []
     for di in backend_dist_infos(paths):
+        if wanted is not None and (_package_dir(di) or Path("/nonexistent")).resolve() not in wanted:
+            continue
         try:
             status = check(di, cap, getattr(probe, "driver_version", None))  # type: ignore[arg-type]
         except Exception as exc:

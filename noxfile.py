@@ -31,9 +31,6 @@ RUNTIME_DEPS = ["pyelftools==0.33"]  # cuplug's one dependency (cuplug inspect),
 # cuda-bindings: NVIDIA's own driver bindings, the reference the probe is checked against (fake driver on
 # CPU, the real one on the GPU machine).
 TEST_DEPS = ["pytest==9.0.3", "numpy==2.4.6", "jsonschema==4.26.0", "hypothesis==6.155.2", "cuda-bindings==13.5.0"]
-# uv (wheel-variants preview, NVIDIA provider vendored) installs variant wheels from a local index in the
-# tests; variantlib, WheelNext's reference library, re-reads and merges their variant.json.
-TEST_DEPS += ["uv==0.13.8", "variantlib==0.2.2"]
 LINT_DEPS = [
     "ruff==0.17.6",
     "validate-pyproject[all]==0.27",
@@ -42,6 +39,9 @@ LINT_DEPS = [
     "pyelftools==0.33",
 ]
 LINTED = ["loader", "tests", "noxfile.py", "ci", "bench", "examples"]
+# uv (wheel-variants preview, NVIDIA provider vendored) installs variant wheels from a local index in the
+# tests; variantlib, WheelNext's reference library, re-reads and merges their variant.json.
+TEST_DEPS += ["uv==0.13.8", "variantlib==0.2.2"]
 
 
 def _clean_env() -> dict[str, str]:

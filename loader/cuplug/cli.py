@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import __version__, reasons
+from . import __version__, reasons, report
 from .errors import CuplugError
 from .warmup import EXIT_CACHE_UNUSABLE
 
@@ -181,6 +181,20 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return _Steps(args.timeout).run(_probe_body(args))
 
 
+def _variant_rows(trace: Any) -> list[dict[str, Any]]:
+    """Which variant wheel (PEP 825) of the backend is installed, and whether it still fits the device."""
+    from . import variant_check
+
+    return variant_check.report(trace.probe, trace.policy.device, packages=trace.packages)
+
+
+def _print_variants(trace: Any) -> None:
+    from . import variant_check
+
+    for line in variant_check.format_report(_variant_rows(trace)):
+        print(_say(f"{report.tag(trace.backend)} {line}"))
+
+
 def doctor_json(trace: Any, load: bool) -> dict[str, Any]:
     from . import loading
 
@@ -216,6 +230,7 @@ def doctor_json(trace: Any, load: bool) -> dict[str, Any]:
             for pk in trace.packages
         ],
         "refused": [r.to_json() for r in trace.refused],
+        "variants": _variant_rows(trace),
         "cpu_backend": {
             "path": str(Path(trace.cpu.package_dir) / trace.cpu.file) if trace.cpu else None,
             "problem": trace.cpu_problem,
@@ -293,16 +308,18 @@ def _doctor_body(args: argparse.Namespace) -> Any:
             return 0
         if args.no_load:
             print(trace.text())
+            _print_variants(trace)
             return 0
         steps.step = "load"
         try:
             with loading.load(args.backend) as backend:
                 print(backend.trace.text())
+                _print_variants(backend.trace)
                 info = backend.info()
                 dev = info.get("device", {}) if isinstance(info.get("device"), dict) else {}
                 mem = dev.get("memory_total")
                 free = dev.get("memory_free", 0)
-                line = f"[backend-cuda] loaded              : {backend.trace.decision.label} on {dev.get('name')}"
+                line = f"{report.tag(args.backend)} loaded              : {backend.trace.decision.label} on {dev.get('name')}"
                 if isinstance(mem, (int, float)) and mem > 0 and isinstance(free, (int, float)):
                     line += f", {free / 2**30:.1f}/{mem / 2**30:.1f} GiB free"
                 if dev.get("temperature_c") is not None:
@@ -310,7 +327,7 @@ def _doctor_body(args: argparse.Namespace) -> Any:
                 print(_say(line))
         except CuplugError as exc:
             print(trace.text())
-            print(_say(f"[backend-cuda] load failed         : {exc}"))
+            print(_say(f"{report.tag(args.backend)} load failed         : {exc}"))
             return 1
         return 0
 

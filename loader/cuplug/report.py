@@ -16,7 +16,12 @@ from . import select
 if TYPE_CHECKING:
     from .loading import Trace
 
-TAG = "[backend-cuda]"
+TAG = "[backend-cuda]"  # cuplug's own backend, as DESIGN.md's doctor example shows it
+
+
+def tag(backend: str) -> str:
+    """The label of a report's lines: it names the backend (``[scan-cuda]``); ``vector`` is cuplug's own."""
+    return TAG if backend == "vector" else f"[{printable(backend)}-cuda]"
 
 
 def printable(value: object) -> str:
@@ -37,8 +42,8 @@ def printable(value: object) -> str:
     return "".join(out)
 
 
-def _row(key: str, value: object) -> str:
-    return f"{TAG} {printable(key):<20}: {printable(value)}"
+def _row(key: str, value: object, label: str = TAG) -> str:
+    return f"{label} {printable(key):<20}: {printable(value)}"
 
 
 def _device_line(d: object) -> str:
@@ -57,7 +62,12 @@ def _device_line(d: object) -> str:
 
 def format_trace(trace: Trace) -> str:
     p = trace.probe
-    lines = []
+    lines: list[str] = []
+    label = tag(trace.backend)
+
+    def _row(key: str, value: object) -> str:  # noqa: F811 - this report's label
+        return f"{label} {printable(key):<20}: {printable(value)}"
+
     if p is None:
         lines.append(_row("driver", "not probed (" + trace.decision_reason + ")"))
     else:
@@ -69,7 +79,8 @@ def format_trace(trace: Trace) -> str:
             lines.append(_row(f"device {d.index}", _device_line(d)))
     runtimes = sorted({a.cuda_version for pkg in trace.packages for a in pkg.artifacts})
     lines.append(_row("runtime version", ", ".join(runtimes) or "no CUDA backend installed"))
-    lines.append(_row("backend ABI", "v1"))
+    abis = sorted({a.abi for pkg in trace.packages for a in pkg.artifacts})
+    lines.append(_row("backend ABI", ", ".join(f"v{v}" for v in abis) or "-"))
     caps = sorted(
         {t for pkg in trace.packages for a in pkg.artifacts for t in a.sass}, key=lambda t: select._arch(t)[:2]
     )
@@ -82,16 +93,16 @@ def format_trace(trace: Trace) -> str:
         lines.append(_row("not trusted", f"{r.distribution} ({r.registration}): {r.reason}"))
     if trace.cpu is None and trace.cpu_problem:
         lines.append(_row("cpu backend", f"unavailable: {trace.cpu_problem}"))
-    lines.append(f"{TAG} candidates:")
+    lines.append(f"{label} candidates:")
     for c in trace.candidates:
         mark = "accepted" if c.accepted else "rejected"
         lines.append(f"  {printable(c.label):<16} {mark:<8} {c.code:<22} {printable(c.reason)}")
     if trace.env:
-        lines.append(f"{TAG} environment:")
+        lines.append(f"{label} environment:")
         for k, v in trace.env.items():
             lines.append(f"  {printable(k)}={printable(v)}")
     if trace.attempts:
-        lines.append(f"{TAG} load attempts:")
+        lines.append(f"{label} load attempts:")
         for a in trace.attempts:
             label = f"{a.cuda}/{a.variant}" if a.cuda else a.variant
             lines.append(f"  {printable(label):<16} {a.code:<22} {printable(a.reason)}")

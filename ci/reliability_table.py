@@ -19,6 +19,18 @@ import xml.etree.ElementTree as ET
 from collections import OrderedDict
 
 ROW_KEYS = ("case", "how", "expect")
+# Issue 18's classes, one test module each: each gets a section of its own, in this order.
+SECTIONS = OrderedDict(
+    [
+        ("test_hostile_toctou", "1. Verified is what is loaded (the bytes hashed are the bytes mapped)"),
+        ("test_hostile_trust", "2. Who may serve a backend (the owner's extras, found through dist-info and RECORD)"),
+        ("test_hostile_failures", "3. Every failure is a reason, never an exception"),
+        ("test_hostile_driver", "4. Driver facts that failed are unknown, not zero"),
+        ("test_hostile_fork", "5. fork() during load()"),
+        ("test_hostile_config", "6. Knobs, hex case and what reaches the terminal"),
+        ("test_hostile_scaffold", "7. `cuplug new-backend` never overwrites another package"),
+    ]
+)
 
 
 def _result(case: ET.Element) -> str:
@@ -68,6 +80,20 @@ def _cell(results: list[tuple[str, str]]) -> str:
     return text + (f" ({params})" if params and len(params) <= 90 else "")
 
 
+def _table(rows: OrderedDict, keys: list[str], labels: list[str]) -> list[str]:
+    out = ["| case | how it is produced | expected outcome | test | " + " | ".join(labels) + " |"]
+    out.append("| --- | --- | --- | --- | " + " | ".join("---" for _ in labels) + " |")
+    for key in keys:
+        row = rows[key]
+        cells = [row["case"], row["how"], row["expect"], f"`{key}`"]
+        cells += [
+            _cell(row["results"].get(label, [])) if label in row["results"] else "— (not in this run)"
+            for label in labels
+        ]
+        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return out
+
+
 def render(rows: OrderedDict, headers: list[str], labels: list[str]) -> str:
     out = [
         "# Reliability: faults, bad input and hostile files",
@@ -83,15 +109,20 @@ def render(rows: OrderedDict, headers: list[str], labels: list[str]) -> str:
         "the CPU machine, which has no GPU.",
         "",
     ]
-    out.append("| case | how it is produced | expected outcome | test | " + " | ".join(labels) + " |")
-    out.append("| --- | --- | --- | --- | " + " | ".join("---" for _ in labels) + " |")
-    for key, row in rows.items():
-        cells = [row["case"], row["how"], row["expect"], f"`{key}`"]
-        cells += [
-            _cell(row["results"].get(label, [])) if label in row["results"] else "— (not in this run)"
-            for label in labels
-        ]
-        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    groups: OrderedDict[str, list[str]] = OrderedDict([("", [])] + [(m, []) for m in SECTIONS])
+    for key in rows:
+        module = key.split("::", 1)[0]
+        groups[module if module in SECTIONS else ""].append(key)
+    for module, keys in groups.items():
+        if not keys:
+            continue
+        if module:
+            if module == next(m for m, k in groups.items() if m and k):
+                out += ["## Issue 18: hostile and broken environments", ""]
+            out += [f"### {SECTIONS[module]}", ""]
+        out += _table(rows, keys, labels)
+        out.append("")
+    out.pop()
     measured = [(key, where, values) for key, row in rows.items() for where, values in row["measured"].items()]
     if measured:
         out += ["", "## Measured by these tests", "", "| test | run | values |", "| --- | --- | --- |"]

@@ -22,4 +22,4 @@ print(json.dumps({'variant': b.variant, 'cuda': b.cuda, 'path': str(b.path),
 python3 -m pytest /tmp/t/test_gpu.py -p no:cacheprovider --rootdir=/tmp/t -q -o addopts="" \
   -o junit_family=xunit1 --junitxml="$OUT/gpu-junit.xml" -rA 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
 python3 "$REPO/bench/verify_dlopen_bench.py" "$OUT/verify-dlopen.json" 2>&1 | tail -20
-python3 "$REPO/bench/decision_bench.py" "$OUT/decision.json"
+[ "${WITH_DECISION:-0}" = 1 ] && python3 "$REPO/bench/decision_bench.py" "$OUT/decision.json"

@@ -294,20 +294,29 @@ class EntryPoint:
 class Distribution:
     """One ``*.dist-info`` directory; its files are read lazily, bounded, and never raise."""
 
-    def __init__(self, name: str, dist_info: Path) -> None:
+    def __init__(self, name: str, dist_info: Path | str) -> None:
         self.name = name  # normalized
-        self.dist_info = dist_info
-        self.site = dist_info.parent
+        self._dist_info = dist_info
         self._entry_points: dict[str, list[EntryPoint]] | None = None
-        self._record: dict[str, tuple[str | None, int | None]] | None = None
+        self._record: dict[str, tuple[str, str]] | None = None
         self.record_error: str | None = None
+
+    @property
+    def dist_info(self) -> Path:
+        if not isinstance(self._dist_info, Path):
+            self._dist_info = Path(self._dist_info)
+        return self._dist_info
+
+    @property
+    def site(self) -> Path:
+        return self.dist_info.parent
 
     def __repr__(self) -> str:
         return f"<Distribution {self.name} at {self.dist_info}>"
 
     def _text(self, member: str) -> str | None:
         try:
-            return read_bounded(self.dist_info / member, MAX_METADATA_BYTES).decode("utf-8", "replace")
+            return read_bounded(os.path.join(self._dist_info, member), MAX_METADATA_BYTES).decode("utf-8", "replace")
         except ManifestError as exc:
             if member == "RECORD":
                 self.record_error = str(exc)
@@ -344,18 +353,24 @@ class Distribution:
                 found.add(normalize(m.group(1)))
         return found
 
-    def record(self) -> dict[str, tuple[str | None, int | None]]:
-        """RECORD: relative path -> (sha256 hex or None, size or None)."""
+    def record(self) -> dict[str, tuple[str, str]]:
+        """RECORD: relative path -> (its hash field, its size field), as written."""
         if self._record is None:
-            rows: dict[str, tuple[str | None, int | None]] = {}
+            rows: dict[str, tuple[str, str]] = {}
             for line in (self._text("RECORD") or "").splitlines():
                 parts = line.rsplit(",", 2)
-                if len(parts) != 3 or not parts[0]:
-                    continue
-                path, digest, size = parts
-                rows[path.strip('"')] = (_record_sha256(digest), int(size) if size.isdigit() else None)
+                if len(parts) == 3 and parts[0]:
+                    rows[parts[0].strip('"')] = (parts[1], parts[2])
             self._record = rows
         return self._record
+
+    def recorded(self, path: str) -> tuple[str | None, int | None] | None:
+        """(sha256 hex or None, size or None) that RECORD holds for ``path``; None when it does not list it."""
+        entry = self.record().get(path)
+        if entry is None:
+            return None
+        digest, size = entry
+        return _record_sha256(digest), int(size) if size.isdigit() and len(size) < 16 else None
 
 
 def _record_sha256(field: str) -> str | None:
@@ -399,7 +414,7 @@ class Installed:
             for meta in sorted(names):
                 name = normalize(meta[: -len(".dist-info")].split("-")[0])
                 if name and name not in self.dists:
-                    self.dists[name] = Distribution(name, Path(entry).absolute() / meta)
+                    self.dists[name] = Distribution(name, os.path.join(os.path.abspath(entry), meta))
 
     def entry_points(self, group: str) -> list[tuple[Distribution, EntryPoint]]:
         return [(d, ep) for d in self.dists.values() for ep in d.entry_points(group)]
@@ -526,7 +541,7 @@ def _package(dist: Distribution, ep: EntryPoint) -> InstalledPackage:
 def _cpu_twin(backend: str, owner: Owner) -> tuple[Artifact | None, str | None]:
     rel = f"{owner.package}/libcuplug_{backend}_cpu.so"
     dist = owner.distribution
-    entry = dist.record().get(rel)
+    entry = dist.recorded(rel)
     if entry is None:
         why = dist.record_error or f"{dist.dist_info.name}/RECORD does not list {rel}"
         return None, f"the CPU backend of '{backend}' cannot be verified: {why}"

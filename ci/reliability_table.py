@@ -29,8 +29,8 @@ SECTIONS = OrderedDict(
                 "1. Verified is what is loaded (the bytes hashed are the bytes mapped)",
                 "`verify.verified()` opens the artifact once (`O_NOFOLLOW`, non-blocking, a regular file of the "
                 "manifest's size), the kernel copies it into a `memfd_create` file, the copy is sealed "
-                "(`F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL`) and then hashed through a read-only "
-                "mapping; the loader dlopens `/proc/self/fd/N`. Sealed copies are kept per sha256 (same bytes, same "
+                "(`F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL`) and then read back and hashed; "
+                "the loader dlopens `/proc/self/fd/N`. Sealed copies are kept per sha256 (same bytes, same "
                 "name, the linker's existing handle); a name is never reused. Without `/proc/self/fd` or "
                 "`memfd_create`, a private 0500 copy in a 0700 directory serves. Reports keep the real path.",
             ),

@@ -37,7 +37,7 @@ import re
 import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 MANIFEST_SCHEMA = 1
 ENTRY_POINT_GROUP = "cuplug.backends"
@@ -71,7 +71,10 @@ class ManifestError(ValueError):
 
 def normalize(name: str) -> str:
     """PEP 503 name normalization, with '_' (the dist-info spelling): 'Cuplug-CUDA13' -> 'cuplug_cuda13'."""
-    return re.sub(r"[-_.]+", "_", name).lower()
+    name = name.lower().replace("-", "_").replace(".", "_")
+    while "__" in name:
+        name = name.replace("__", "_")
+    return name
 
 
 def read_bounded(path: Path | str, limit: int) -> bytes:
@@ -226,8 +229,7 @@ class InstalledPackage:
     problems: tuple[str, ...] = ()  # manifest entries that were refused (the rest are used)
 
 
-@dataclasses.dataclass(frozen=True)
-class Refused:
+class Refused(NamedTuple):
     """An installed registration cuplug does not trust, and why (shown by doctor)."""
 
     distribution: str
@@ -236,7 +238,7 @@ class Refused:
     reason: str
 
     def to_json(self) -> dict[str, str]:
-        return dataclasses.asdict(self)
+        return dict(self._asdict())
 
 
 def read_manifest_document(directory: Path) -> dict[str, Any]:
@@ -285,8 +287,7 @@ def read_manifest(directory: Path, cuda: str = "") -> tuple[Artifact, ...]:
 # ---- installed distributions (dist-info), read without importlib.metadata --------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class EntryPoint:
+class EntryPoint(NamedTuple):
     name: str
     value: str
 
@@ -348,9 +349,11 @@ class Distribution:
             if not line.lower().startswith("requires-dist:"):
                 continue
             req, _, marker = line.split(":", 1)[1].partition(";")
-            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
-            if m and re.search(r"\bextra\s*==\s*['\"][^'\"]+['\"]", marker):
-                found.add(normalize(m.group(1)))
+            name = req.strip()
+            for stop in " <>=!~[(@":
+                name = name.split(stop, 1)[0]
+            if name and "extra" in marker and "==" in marker.replace(" ", "").split("extra", 1)[1][:2]:
+                found.add(normalize(name))
         return found
 
     def record(self) -> dict[str, tuple[str, str]]:
@@ -438,14 +441,12 @@ def own_distribution() -> Distribution | None:
     return None
 
 
-@dataclasses.dataclass(frozen=True)
-class Owner:
+class Owner(NamedTuple):
     distribution: Distribution
     package: str  # the directory (relative to the site) that holds the CPU twin, e.g. "cuplug/_cpu"
 
 
-@dataclasses.dataclass
-class Discovery:
+class Discovery(NamedTuple):
     """Everything installed that bears on one backend name."""
 
     backend: str

@@ -4,8 +4,8 @@ The file is opened once (no symlink at the last component, non-blocking, must be
 regular file of the manifest's size) and copied once, by the kernel (``sendfile``),
 into an anonymous in-memory file (``memfd_create``). The copy is sealed
 (``F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL``: nobody, this process
-included, can change it any more), then the sealed bytes are hashed through a
-read-only mapping and their ELF header checked, and the loader dlopens
+included, can change it any more), then the sealed bytes are read back and
+hashed and their ELF header checked, and the loader dlopens
 ``/proc/self/fd/N`` of it. Renaming another file over the artifact or rewriting it in
 place (``cp``) after that changes nothing that is mapped; doing it during the read
 gives a digest that differs (artifact-corrupt), never a planted constructor or a
@@ -27,14 +27,13 @@ debugger to this process anyway.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
-import platform
 import stat
 import struct
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 from . import reasons
 from .errors import ArtifactError
@@ -48,8 +47,7 @@ PROC_SELF_FD = "/proc/self/fd"  # a module attribute, so a test can take /proc a
 CHUNK = 1 << 20
 
 
-@dataclasses.dataclass(frozen=True)
-class Verified:
+class Verified(NamedTuple):
     """A checked artifact: ``path`` is the real file (what reports show), ``load_path`` what to dlopen."""
 
     path: Path
@@ -58,8 +56,7 @@ class Verified:
     how: str  # "memfd" (sealed in-memory copy) or "private-copy" (no /proc/self/fd)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Image:
+class _Image(NamedTuple):
     fd: int | None
     load_path: str
     ident: tuple[int, int]  # (st_dev, st_ino) of the sealed copy, to notice a descriptor closed under us
@@ -106,11 +103,10 @@ def check_elf_header(head: bytes, name: str) -> None:
     if head[4] != ELFCLASS64 or head[5] != ELFDATA2LSB:
         raise _corrupt(f"{name} is not a 64-bit little-endian ELF (class {head[4]}, data {head[5]})")
     e_type, e_machine = struct.unpack_from("<HH", head, 16)
-    want = EM_BY_MACHINE.get(platform.machine().lower(), EM_X86_64)
+    machine = os.uname().machine
+    want = EM_BY_MACHINE.get(machine.lower(), EM_X86_64)
     if e_type != ET_DYN or e_machine != want:
-        raise _corrupt(
-            f"{name} is not a shared object for this CPU ({platform.machine()}): type {e_type}, machine {e_machine}"
-        )
+        raise _corrupt(f"{name} is not a shared object for this CPU ({machine}): type {e_type}, machine {e_machine}")
 
 
 def _open_artifact(path: Path) -> int:
@@ -175,11 +171,9 @@ def _copy_and_hash(src: int, sink: int, size: int, path: Path, write_to: int = -
 def _kernel_copy_then_hash(src: int, sink: int, size: int, path: Path) -> tuple[str, bytes]:
     """The file copied into the memfd by the kernel (sendfile), the memfd sealed, then its bytes hashed.
 
-    What is hashed is the sealed copy itself (read through a read-only mapping), so nothing
-    can change between the hash and the dlopen of that copy.
+    What is hashed is the sealed copy itself (read back from it), so nothing can change
+    between the hash and the dlopen of that copy.
     """
-    import mmap
-
     copied = 0
     try:
         while copied < size:
@@ -192,8 +186,12 @@ def _kernel_copy_then_hash(src: int, sink: int, size: int, path: Path) -> tuple[
     except OSError as exc:
         raise _corrupt(f"{path.name}: read failed: {exc.strerror or exc}") from None
     _seal(sink)
-    with mmap.mmap(sink, size, mmap.MAP_SHARED, mmap.PROT_READ) as view:
-        return hashlib.sha256(view).hexdigest(), bytes(view[:64])
+    digest, offset, head = hashlib.sha256(), 0, b""
+    while chunk := os.pread(sink, CHUNK, offset):
+        digest.update(chunk)
+        head = head or chunk[:64]
+        offset += len(chunk)
+    return digest.hexdigest(), head
 
 
 def _seal(fd: int) -> None:
@@ -269,7 +267,7 @@ def verified(artifact: Artifact) -> Verified:
         sink, _why_not = _new_sink(path.name)  # -1: no memfd, the private copy serves
         try:
             sha, head = _copy_and_hash(src, sink, artifact.size, path)
-        except (OSError, AttributeError):  # sealing or mapping refused (an old kernel): the private copy serves
+        except (OSError, AttributeError):  # sealing refused (an old kernel): the private copy serves
             if sink < 0:
                 raise
             os.close(sink)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import fatbin, manifest
+from .elfarch import machine_of
 
 FIELDS = ("sass", "ptx", "ptx_isa")
 
@@ -40,11 +41,12 @@ class Finding:
         return dataclasses.asdict(self) | {"ok": self.ok}
 
 
-def _facts(data: bytes | str) -> dict[str, Any]:
+def _facts(data: bytes) -> dict[str, Any]:
+    arch = machine_of(data[:20])
     code = fatbin.read_elf(data)
     if code is None:
-        return {"sass": [], "ptx": [], "ptx_isa": None}
-    return {"sass": list(code.sass), "ptx": list(code.ptx), "ptx_isa": code.ptx_isa}
+        return {"sass": [], "ptx": [], "ptx_isa": None, "arch": arch}
+    return {"sass": list(code.sass), "ptx": list(code.ptx), "ptx_isa": code.ptx_isa, "arch": arch}
 
 
 def _check(where: str, data: bytes, entry: dict[str, Any] | None) -> Finding:
@@ -58,9 +60,11 @@ def _check(where: str, data: bytes, entry: dict[str, Any] | None) -> Finding:
         for key in FIELDS:
             if found[key] != entry.get(key):
                 problems.append(f"{key}: file has {found[key]}, manifest says {entry.get(key)}")
+        if entry.get("arch") and found["arch"] != entry["arch"]:  # manifests before `arch` have none
+            problems.append(f"arch: file is {found['arch']}, manifest says {entry['arch']}")
         if len(data) != entry.get("size") or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
             problems.append("size/sha256 differ from the manifest (file changed after the build)")
-    expected = None if entry is None else {k: entry.get(k) for k in FIELDS}
+    expected = None if entry is None else {k: entry.get(k) for k in (*FIELDS, "arch")}
     return Finding(where, entry.get("variant") if entry else None, found, expected, problems)
 
 
@@ -156,6 +160,7 @@ def format_findings(findings: list[Finding]) -> str:
         if f.expected is None and f.ok:
             verdict = "no manifest to compare"
         lines.append(f"{f.variant or '?':7} {verdict:9} {f.where}")
+        lines.append(f"        CPU  {f.found.get('arch') or '?'}")
         lines.append(f"        SASS {sass}")
         lines.append(f"        PTX  {ptx}{isa}")
         lines.extend(f"        ! {p}" for p in f.problems)

@@ -40,6 +40,7 @@ class Artifact:
     min_driver: int  # cuDriverGetVersion the runtime needs, e.g. 12000
     abi: int
     cuda: str = ""  # package's CUDA major, e.g. "cuda12"
+    arch: str = ""  # CPU architecture from the file's ELF header at build time ("" in older manifests)
     package_dir: str = ""  # absolute directory the manifest was read from
 
     @classmethod
@@ -57,6 +58,7 @@ class Artifact:
                 cuda_version=str(d["cuda_version"]),
                 min_driver=int(d["min_driver"]),
                 abi=int(d["abi"]),
+                arch=str(d.get("arch") or ""),
                 cuda=cuda,
                 package_dir=package_dir,
             )
@@ -66,6 +68,8 @@ class Artifact:
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         del d["cuda"], d["package_dir"]
+        if not self.arch:
+            del d["arch"]
         d["sass"], d["ptx"] = list(self.sass), list(self.ptx)
         return d
 

@@ -8,6 +8,7 @@ import struct
 from pathlib import Path
 
 from . import reasons
+from .elfarch import host_arch, machine_of
 from .errors import ArtifactError
 from .manifest import Artifact
 
@@ -36,15 +37,26 @@ def check_elf_header(head: bytes, name: str) -> None:
             f"{name} is not a 64-bit little-endian ELF (class {head[4]}, data {head[5]})", reasons.ARTIFACT_CORRUPT
         )
     e_type, e_machine = struct.unpack_from("<HH", head, 16)
-    if e_type != ET_DYN or e_machine != EM_X86_64:
+    if e_type != ET_DYN:
+        raise ArtifactError(f"{name} is not a shared object (ELF type {e_type})", reasons.ARTIFACT_CORRUPT)
+    arch, here = machine_of(head), host_arch()
+    if arch != here:
         raise ArtifactError(
-            f"{name} is not an x86-64 shared object (type {e_type}, machine {e_machine})", reasons.ARTIFACT_CORRUPT
+            f"{name} is an {arch} shared object (e_machine {e_machine}); this machine is {here}: "
+            f"install the wheel built for {here}",
+            reasons.ARTIFACT_CORRUPT,
         )
 
 
 def verify(artifact: Artifact) -> Path:
     """Returns the absolute path of a file that matches its manifest entry, or raises artifact-corrupt."""
     path = resolve_inside(Path(artifact.package_dir), artifact.file)
+    if artifact.arch and artifact.arch != host_arch():  # the manifest says so: no need to open the file
+        raise ArtifactError(
+            f"{Path(artifact.file).name} is built for {artifact.arch} (manifest); this machine is {host_arch()}: "
+            f"install the wheel built for {host_arch()}",
+            reasons.ARTIFACT_CORRUPT,
+        )
     if not path.is_file():
         raise ArtifactError(
             f"{path} listed in the manifest does not exist; reinstall the backend package", reasons.ARTIFACT_CORRUPT

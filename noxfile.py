@@ -67,6 +67,10 @@ def tests(session: nox.Session) -> None:
     session.install(*BUILD_TOOLS, *TEST_DEPS)
     wheels_dir = _all_wheels(session, ROOT / "build" / "wheels")
     session.env["CUPLUG_TEST_WHEELS"] = str(wheels_dir)
+    if shutil.which("qemu-aarch64") or shutil.which("qemu-aarch64-static"):  # the aarch64_emulated tests
+        session.env["CUPLUG_TEST_WHEELS_AARCH64"] = str(_all_wheels(session, ROOT / "build" / "wheels-aarch64", "aarch64"))
+    else:
+        session.log("no qemu-aarch64: the aarch64_emulated tests will skip (Debian: apt-get install qemu-user)")
     session.env["CUPLUG_TEST_DEPS"] = str(DEPS)
     session.env["CUPLUG_TEST_NOX_PYTHON"] = sys.executable  # runs the example project's own noxfile
     session.install(

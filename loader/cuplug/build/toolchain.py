@@ -637,6 +637,30 @@ def _check_cross_nvcc(tc: Toolchain, prefix: Path, dest: Path, log: Log) -> None
     log(f"{tc.major}/aarch64: nvcc {tc.version} cross-compiles with {prefix}g++ ({tc.nvcc})")
 
 
+def install_emulation_root(log: Log) -> Path:
+    """An aarch64 Debian bookworm tree with Python 3.11, to run aarch64 wheels under ``qemu-aarch64 -L``.
+
+    For tests only (``toolchains/python-bookworm-arm64.txt``): ``<root>/usr/bin/python3.11`` is the
+    interpreter, ``<root>/usr/share/python-wheels/pip-*.whl`` the pip to run from its wheel.
+    """
+    lock_file = toolchains_dir() / "python-bookworm-arm64.txt"
+    dest = cache_root() / "toolchains" / f"python-bookworm-arm64-{_digest(lock_file)}"
+    if (dest / ".complete").exists():
+        log(f"emulation root: reusing {dest}")
+        return dest
+    lock = read_deb_lock(lock_file)
+    debs = fetch_debs(lock, _downloads(lock), log)
+    _fresh_dir(dest)
+    for deb in debs:
+        _unpack(deb, dest)
+    _relative_symlinks(dest)
+    if not (dest / "usr" / "bin" / "python3.11").is_file():
+        raise ToolchainError(f"{dest} lacks usr/bin/python3.11; check {lock_file.name}")
+    (dest / ".complete").write_text(lock_file.read_text())
+    log(f"emulation root: aarch64 Python 3.11 ready at {dest}")
+    return dest
+
+
 INSTALLERS: dict[str, Callable[[Log], Toolchain]] = {"cuda12": install_cuda12, "cuda13": install_cuda13}
 
 

@@ -68,7 +68,9 @@ def tests(session: nox.Session) -> None:
     wheels_dir = _all_wheels(session, ROOT / "build" / "wheels")
     session.env["CUPLUG_TEST_WHEELS"] = str(wheels_dir)
     if shutil.which("qemu-aarch64") or shutil.which("qemu-aarch64-static"):  # the aarch64_emulated tests
-        session.env["CUPLUG_TEST_WHEELS_AARCH64"] = str(_all_wheels(session, ROOT / "build" / "wheels-aarch64", "aarch64"))
+        session.env["CUPLUG_TEST_WHEELS_AARCH64"] = str(
+            _all_wheels(session, ROOT / "build" / "wheels-aarch64", "aarch64")
+        )
     else:
         session.log("no qemu-aarch64: the aarch64_emulated tests will skip (Debian: apt-get install qemu-user)")
     session.env["CUPLUG_TEST_DEPS"] = str(DEPS)
@@ -107,7 +109,17 @@ def _pytest_outside_tree(session: nox.Session, target: Path, *args: str) -> None
 
 
 def _install_built_extras(session: nox.Session) -> None:
-    """cuplug[cuda12,cuda13] from dist/ (nox -s wheels), offline."""
+    """cuplug[cuda12,cuda13] from dist/ (nox -s wheels), offline.
+
+    ``CUPLUG_PREBUILT_WHEELS=<dir>`` installs the wheels in that directory instead of building them:
+    an aarch64 GPU machine (CI's `gpu-arm64` job) takes the cross-built wheels, since the pinned
+    toolchains run on x86_64 only.
+    """
+    prebuilt = os.environ.get("CUPLUG_PREBUILT_WHEELS")
+    if prebuilt:
+        session.install(*RUNTIME_DEPS)
+        session.install("--no-index", "--find-links", prebuilt, "cuplug[cuda12,cuda13]")
+        return
     wheels(session)
     session.install(
         "--no-index", "--find-links", str(ROOT / "dist"), "--find-links", str(DEPS), "cuplug[cuda12,cuda13]"

@@ -172,7 +172,9 @@ def test_real_aarch64_artifacts_verify_and_dlopen_in_the_guest(arm_venv, tmp_pat
     )
     got = _guest_json(arm_venv, code, clean_env(), tmp_path)
     assert len(got) == 8 and {g[2] for g in got} == {"aarch64"}, got
-    assert {(g[0], g[1]) for g in got} == {(c, v) for c in ("cuda12", "cuda13") for v in ("fatbin", "ptx", "sm75", "sm80")}
+    assert {(g[0], g[1]) for g in got} == {
+        (c, v) for c in ("cuda12", "cuda13") for v in ("fatbin", "ptx", "sm75", "sm80")
+    }
 
 
 @pytest.mark.parametrize(
@@ -201,7 +203,12 @@ def test_doctor_json_in_the_guest_validates(arm_venv, arm_fake_driver, tmp_path)
 
     env = clean_env(LD_LIBRARY_PATH=str(arm_fake_driver), FAKE_CUDA_DEVICES="8.7")
     proc = subprocess.run(
-        [str(arm_venv / "cuplug"), "doctor", "--json"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180
+        [str(arm_venv / "cuplug"), "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)

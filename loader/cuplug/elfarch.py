@@ -11,7 +11,17 @@ import platform
 import struct
 
 # e_machine -> the name `uname -m` gives on Linux (and that wheel platform tags use).
-MACHINES = {3: "i686", 8: "mips", 20: "ppc", 21: "ppc64", 22: "s390x", 40: "arm", 62: "x86_64", 183: "aarch64", 243: "riscv64"}
+MACHINES = {
+    3: "i686",
+    8: "mips",
+    20: "ppc",
+    21: "ppc64",
+    22: "s390x",
+    40: "arm",
+    62: "x86_64",
+    183: "aarch64",
+    243: "riscv64",
+}
 # platform.machine() spellings of the same CPUs on other systems.
 _ALIASES = {"amd64": "x86_64", "arm64": "aarch64", "x64": "x86_64"}
 

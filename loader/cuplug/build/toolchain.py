@@ -514,6 +514,7 @@ def _target_libs_cuda12(dest: Path, log: Log) -> list[Path]:
     _fresh_dir(raw)
     for deb in debs:
         log(f"cuda12/aarch64: unpacking {deb.name} (libraries only)")
+        members: tuple[str, ...]
         if deb.name.startswith("nvidia-cuda-dev_"):
             members = ("*libcudart_static.a", "*libcudadevrt.a", "*libculibos.a", "*stubs/libcuda.so", "*libcudart.so")
         else:  # libcudart12: the shared runtime, only so CMake's FindCUDAToolkit finds CUDA::cudart
@@ -626,7 +627,18 @@ def _check_cross_nvcc(tc: Toolchain, prefix: Path, dest: Path, log: Log) -> None
     probe.write_text("__global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\n")
     obj = dest / "cuplug-probe.o"
     _run(
-        [str(tc.nvcc), "-ccbin", f"{prefix}g++", "-c", "-arch=sm_80", "-Xcompiler", "-fPIC", str(probe), "-o", str(obj)],
+        [
+            str(tc.nvcc),
+            "-ccbin",
+            f"{prefix}g++",
+            "-c",
+            "-arch=sm_80",
+            "-Xcompiler",
+            "-fPIC",
+            str(probe),
+            "-o",
+            str(obj),
+        ],
         f"{tc.major}/aarch64: nvcc -ccbin {prefix}g++",
     )
     machine = int.from_bytes(obj.read_bytes()[18:20], "little")

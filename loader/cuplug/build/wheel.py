@@ -42,6 +42,8 @@ def raw_tag(arch: str = "x86_64") -> str:
 
 def target_plat(arch: str = "x86_64") -> str:
     return f"manylinux_2_17_{arch}"
+
+
 FORBIDDEN = re.compile(r"(^|/)(libcuda\.so[^/]*|libcudart\.so[^/]*|libnvidia-[^/]*\.so[^/]*)$")
 _REPRODUCIBLE_DATE = (2026, 1, 1, 0, 0, 0)
 
@@ -188,7 +190,9 @@ def check_wheel(wheel: Path, max_glibc: tuple[int, int] = (2, 17)) -> list[str]:
         problems.append(f"tag {py}-{abi_tag}: a wheel without a CPython extension must be py3-none")
     tag_archs = set()
     for plat in plats:
-        m = re.match(r"manylinux_(\d+)_(\d+)_(x86_64|aarch64)$", plat) or re.match(r"manylinux2014_(x86_64|aarch64)$", plat)
+        m = re.match(r"manylinux_(\d+)_(\d+)_(x86_64|aarch64)$", plat) or re.match(
+            r"manylinux2014_(x86_64|aarch64)$", plat
+        )
         if m is None:
             problems.append(f"platform tag {plat} is not a manylinux tag (run auditwheel repair)")
             continue

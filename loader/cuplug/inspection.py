@@ -32,6 +32,7 @@ class Finding:
     found: dict[str, Any]  # sass, ptx, ptx_isa read from the file
     expected: dict[str, Any] | None  # from the manifest; None when there is none
     problems: list[str]
+    arch: str | None = None  # CPU architecture from the ELF header (x86_64, aarch64)
 
     @property
     def ok(self) -> bool:
@@ -41,12 +42,11 @@ class Finding:
         return dataclasses.asdict(self) | {"ok": self.ok}
 
 
-def _facts(data: bytes) -> dict[str, Any]:
-    arch = machine_of(data[:20])
+def _facts(data: bytes | str) -> dict[str, Any]:
     code = fatbin.read_elf(data)
     if code is None:
-        return {"sass": [], "ptx": [], "ptx_isa": None, "arch": arch}
-    return {"sass": list(code.sass), "ptx": list(code.ptx), "ptx_isa": code.ptx_isa, "arch": arch}
+        return {"sass": [], "ptx": [], "ptx_isa": None}
+    return {"sass": list(code.sass), "ptx": list(code.ptx), "ptx_isa": code.ptx_isa}
 
 
 def _check(where: str, data: bytes, entry: dict[str, Any] | None) -> Finding:
@@ -55,17 +55,18 @@ def _check(where: str, data: bytes, entry: dict[str, Any] | None) -> Finding:
     except fatbin.FatbinError as exc:
         variant = entry.get("variant") if entry else None
         return Finding(where, variant, {}, entry, [f"unreadable device code: {exc}"])
+    arch = machine_of(data[:20])  # the CPU the file is for, from its ELF header
     problems = []
     if entry is not None:
         for key in FIELDS:
             if found[key] != entry.get(key):
                 problems.append(f"{key}: file has {found[key]}, manifest says {entry.get(key)}")
-        if entry.get("arch") and found["arch"] != entry["arch"]:  # manifests before `arch` have none
-            problems.append(f"arch: file is {found['arch']}, manifest says {entry['arch']}")
+        if entry.get("arch") and arch != entry["arch"]:  # manifests before `arch` have none
+            problems.append(f"arch: file is {arch}, manifest says {entry['arch']}")
         if len(data) != entry.get("size") or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
             problems.append("size/sha256 differ from the manifest (file changed after the build)")
-    expected = None if entry is None else {k: entry.get(k) for k in (*FIELDS, "arch")}
-    return Finding(where, entry.get("variant") if entry else None, found, expected, problems)
+    expected = None if entry is None else {k: entry.get(k) for k in FIELDS}
+    return Finding(where, entry.get("variant") if entry else None, found, expected, problems, arch)
 
 
 def _from_manifest(base: Path, data: dict[str, Any]) -> list[Finding]:
@@ -160,7 +161,7 @@ def format_findings(findings: list[Finding]) -> str:
         if f.expected is None and f.ok:
             verdict = "no manifest to compare"
         lines.append(f"{f.variant or '?':7} {verdict:9} {f.where}")
-        lines.append(f"        CPU  {f.found.get('arch') or '?'}")
+        lines.append(f"        CPU  {f.arch or '?'}")
         lines.append(f"        SASS {sass}")
         lines.append(f"        PTX  {ptx}{isa}")
         lines.extend(f"        ! {p}" for p in f.problems)

@@ -30,7 +30,15 @@ BUILD_TOOLS = [
 RUNTIME_DEPS = ["pyelftools==0.33"]  # cuplug's one dependency (cuplug inspect), fetched beside the wheels
 # cuda-bindings: NVIDIA's own driver bindings, the reference the probe is checked against (fake driver on
 # CPU, the real one on the GPU machine).
-TEST_DEPS = ["pytest==9.0.3", "numpy==2.4.6", "jsonschema==4.26.0", "hypothesis==6.155.2", "cuda-bindings==13.5.0"]
+# torch (the CPU build on this machine kind): PyTorch CPU tensors through DLPack, bfloat16 references.
+TEST_DEPS = [
+    "pytest==9.0.3",
+    "numpy==2.4.6",
+    "jsonschema==4.26.0",
+    "hypothesis==6.155.2",
+    "cuda-bindings==13.5.0",
+    "torch==2.13.0",
+]
 LINT_DEPS = [
     "ruff==0.17.6",
     "validate-pyproject[all]==0.27",
@@ -39,6 +47,9 @@ LINT_DEPS = [
     "pyelftools==0.33",
 ]
 LINTED = ["loader", "tests", "noxfile.py", "ci", "bench", "examples"]
+# uv (wheel-variants preview, NVIDIA provider vendored) installs variant wheels from a local index in the
+# tests; variantlib, WheelNext's reference library, re-reads and merges their variant.json.
+TEST_DEPS += ["uv==0.13.8", "variantlib==0.2.2"]
 
 
 def _clean_env() -> dict[str, str]:
@@ -67,6 +78,7 @@ def tests(session: nox.Session) -> None:
     session.install(*BUILD_TOOLS, *TEST_DEPS)
     wheels_dir = _all_wheels(session, ROOT / "build" / "wheels")
     session.env["CUPLUG_TEST_WHEELS"] = str(wheels_dir)
+    session.env["CUPLUG_TEST_VARIANT_WHEELS"] = str(_variant_wheels(session, ROOT / "build" / "variant-wheels"))
     if shutil.which("qemu-aarch64") or shutil.which("qemu-aarch64-static"):  # the aarch64_emulated tests
         session.env["CUPLUG_TEST_WHEELS_AARCH64"] = str(
             _all_wheels(session, ROOT / "build" / "wheels-aarch64", "aarch64")
@@ -280,6 +292,56 @@ def wheels(session: nox.Session) -> None:
     session.install(*BUILD_TOOLS)
     arch, _ = _arch_and_args(session)
     _all_wheels(session, ROOT / ("dist" if arch == "x86_64" else f"dist-{arch}"), arch)
+
+
+# The variant wheels' matrix: cuplug's own plus a dedicated sm90 variant (so an H100/H200 gets a variant wheel).
+VARIANT_MATRIX = ROOT / "packaging" / "variant-wheels.json"
+
+
+def _variant_wheels(session: nox.Session, out: Path) -> Path:
+    """Per CUDA major, from one build directory (VARIANT_MATRIX): the all-variant wheel, one PEP 825
+    variant wheel per dedicated SASS variant (+ PTX), the null variant (PTX) and the variants.json index."""
+    from cuplug.build import artifacts, toolchain, variants, wheel
+
+    sysroot = toolchain.install_sysroot(session.log)
+    shutil.rmtree(out, ignore_errors=True)
+    version = PROJECT["version"]
+    for major in CUDA_MAJORS:
+        build_dir = ROOT / "build" / "variant-backends" / major
+        artifacts.build_backend(
+            toolchain.install(major, session.log),
+            ROOT / "backends",
+            build_dir,
+            sysroot=sysroot,
+            matrix_path=VARIANT_MATRIX,
+            log=session.log,
+            cmake=str(Path(session.bin) / "cmake"),
+            env={**os.environ, **_clean_env()},
+        )
+        name = EXTRAS[major].partition("==")[0]
+        with tempfile.TemporaryDirectory() as tmp:
+            kw = {"name": name, "version": version, "requires": f"cuplug=={version}"}
+            summary = f"CUDA {major[4:]} variants of cuplug's vector backend"
+            raw = wheel.build_backend_wheel(build_dir, Path(tmp), summary=summary, **kw)
+            wheel.repair_wheel(raw, out, run=session.run)
+            variants.build_variant_wheels(build_dir, out, summary=summary, run=session.run, log=session.log, **kw)
+    session.run(
+        "python",
+        "-m",
+        "cuplug.build",
+        "check",
+        *map(str, sorted(out.glob("*.whl"))),
+        env={"PYTHONPATH": str(ROOT / "loader")},
+    )
+    return out
+
+
+@nox.session
+def variant_wheels(session: nox.Session) -> None:
+    """dist/ as `wheels` makes it, plus dist/variants/: PEP 825 variant wheels of both backend wheels + index files."""
+    session.install(*BUILD_TOOLS)
+    _all_wheels(session, ROOT / "dist")
+    _variant_wheels(session, ROOT / "dist" / "variants")
 
 
 @nox.session

@@ -1,14 +1,19 @@
-"""The variant matrix expands to the right targets, and bad entries are named (pure, no toolkit)."""
+"""The variant matrix expands to the right targets, and bad entries are named (pure, no toolkit);
+the device-code check on libraries made with the pinned nvcc (several .cu files pass; a device
+link's kernel-less images, the same object twice, mixed targets and relocatable code are refused).
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from cuplug import fatbin
 from cuplug.build import artifacts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,3 +55,130 @@ def test_linkage_check_rejects_extra_exports_and_dependencies(tmp_path, cpu_lib_
     if so.exists() and "libz" in subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True).stdout:
         with pytest.raises(artifacts.BuildError, match="needs"):
             artifacts.check_linkage(so)
+
+
+def test_build_summary_says_what_ninja_did():
+    assert artifacts.build_summary("ninja: no work to do.\n") == "up to date (nothing compiled or linked)"
+    out = (
+        "[1/4] Building CUDA object CMakeFiles/cuplug_scan_sm80.dir/scan_kernels.cu.o\n"
+        "[2/4] Building CUDA object CMakeFiles/cuplug_scan_sm75.dir/scan_kernels.cu.o\n"
+        "[3/4] Linking CXX shared library sm80/libcuplug_scan.so\n"
+        "[4/4] Linking CXX shared library sm75/libcuplug_scan.so\n"
+    )
+    assert artifacts.build_summary(out) == "compiled 2 objects (scan_kernels.cu x2), linked 2 libraries"
+
+
+# Libraries made directly with the pinned nvcc and the host linker, without cuplug's ABI:
+# read_device_code looks at the device code only.
+KERNEL = "namespace {ns} {{ __global__ void k(float* p) {{ p[threadIdx.x] += 1.0f; }} }}\nvoid launch_{ns}(float* p) {{ {ns}::k<<<1, 32>>>(p); }}\n"
+# Internal linkage only: the same object links twice without a host symbol clash.
+STATIC_KERNEL = "static __global__ void twice(float* p) { p[threadIdx.x] *= 2.0f; }\n__attribute__((used)) static void* keep = (void*)twice;\n"
+
+
+def _toolchain(major: str):
+    from cuplug.build import toolchain
+
+    if shutil.which("c++") is None:
+        pytest.skip("needs a host C++ compiler")
+    return toolchain.install(major, lambda _msg: None)  # cached by `nox -s build_backends`
+
+
+def _gencode(*targets: str) -> list[str]:
+    """sm_80 -> SASS, compute_80 -> PTX."""
+    flags = []
+    for t in targets:
+        arch = t.split("_")[1]
+        flags += ["-gencode", f"arch=compute_{arch},code={t}"]
+    return flags
+
+
+def _object(tc, tmp: Path, name: str, text: str, targets: tuple[str, ...], *extra: str) -> Path:
+    (tmp / f"{name}.cu").write_text(text)
+    obj = tmp / f"{name}.o"
+    subprocess.run(
+        [str(tc.nvcc), "-c", "-Xcompiler=-fPIC", *_gencode(*targets), *extra, str(tmp / f"{name}.cu"), "-o", str(obj)],
+        check=True,
+        capture_output=True,
+    )
+    return obj
+
+
+def _link(tmp: Path, *objects: Path) -> Path:
+    so = tmp / "libtest.so"
+    subprocess.run(["c++", "-shared", "-o", str(so), *map(str, objects)], check=True)
+    return so
+
+
+def test_several_sources_each_with_its_fat_binary_pass(tmp_path):
+    tc = _toolchain("cuda13")
+    targets = ("sm_75", "sm_80", "compute_80")
+    objects = [_object(tc, tmp_path, ns, KERNEL.format(ns=ns), targets) for ns in ("one", "two", "three")]
+    so = _link(tmp_path, *objects)
+    images = artifacts.list_images(tc, so)
+    # One fat binary per source: three sm_80 images, each with its own kernel, which is fine.
+    assert [im.target for im in images].count("sm_80") == 3
+    assert sorted(im.kernels for im in images if im.target == "sm_80") == [
+        ("_ZN3one1kEPf",),
+        ("_ZN3two1kEPf",),
+        ("_ZN5three1kEPf",),
+    ]
+    assert artifacts.read_device_code(tc, so) == (["sm_75", "sm_80"], ["compute_80"], "9.0")
+    code = fatbin.read_elf(str(so))  # what `cuplug inspect` reports agrees
+    assert (list(code.sass), list(code.ptx), code.ptx_isa) == (["sm_75", "sm_80"], ["compute_80"], "9.0")
+
+
+@pytest.mark.parametrize("major", ["cuda12", "cuda13"])
+def test_one_step_nvcc_shared_is_named_as_a_device_link(major, tmp_path):
+    """What the old 'embedded more than once (one-step nvcc -shared?)' was about: nvcc's link step
+    runs nvlink, which adds a kernel-less image per architecture."""
+    tc = _toolchain(major)
+    (tmp_path / "one.cu").write_text(KERNEL.format(ns="one"))
+    so = tmp_path / "libonestep.so"
+    subprocess.run(
+        [
+            str(tc.nvcc),
+            "-shared",
+            "-Xcompiler=-fPIC",
+            *_gencode("sm_75", "sm_80"),
+            str(tmp_path / "one.cu"),
+            "-o",
+            str(so),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    with pytest.raises(artifacts.BuildError, match=r"2 device images hold no kernel \(sm_75, sm_80\)") as err:
+        artifacts.read_device_code(tc, so)
+    assert "one-step `nvcc -shared`" in str(err.value) and "link with the host compiler" in str(err.value)
+    if major == "cuda13":  # CUDA 13 cubins name the tool that made them
+        assert "made by nvlink" in str(err.value)
+
+
+def test_the_same_object_linked_twice_is_refused(tmp_path):
+    tc = _toolchain("cuda13")
+    obj = _object(tc, tmp_path, "twice", STATIC_KERNEL, ("sm_80",))
+    with pytest.raises(
+        artifacts.BuildError, match=r"the same sm_80 image \(kernels twice\(float\*\)\) is embedded 2 times"
+    ):
+        artifacts.read_device_code(tc, _link(tmp_path, obj, obj))
+
+
+def test_kernels_built_for_different_targets_are_named(tmp_path):
+    tc = _toolchain("cuda13")
+    one = _object(tc, tmp_path, "one", KERNEL.format(ns="one"), ("sm_80",))
+    two = _object(tc, tmp_path, "two", KERNEL.format(ns="two"), ("sm_75", "sm_80"))
+    with pytest.raises(artifacts.BuildError, match=r"one::k\(float\*\) has sm_80; two::k\(float\*\) has sm_75,sm_80"):
+        artifacts.read_device_code(tc, _link(tmp_path, one, two))
+
+
+def test_relocatable_device_code_is_refused(tmp_path):
+    tc = _toolchain("cuda13")
+    objs = [_object(tc, tmp_path, ns, KERNEL.format(ns=ns), ("sm_80",), "-rdc=true") for ns in ("one", "two")]
+    dlink = tmp_path / "dlink.o"
+    subprocess.run(
+        [str(tc.nvcc), "-dlink", "-Xcompiler=-fPIC", *_gencode("sm_80"), *map(str, objs), "-o", str(dlink)],
+        check=True,
+        capture_output=True,
+    )
+    with pytest.raises(artifacts.BuildError, match=r"relocatable device code.*the ptx variant would be empty"):
+        artifacts.read_device_code(tc, _link(tmp_path, *objs, dlink))

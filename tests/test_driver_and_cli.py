@@ -174,7 +174,7 @@ def test_doctor_json_schema_fields(fake_driver_dir):
 def test_doctor_text_table(fake_driver_dir):
     proc = run_cli(["doctor"], fake(fake_driver_dir, FAKE_CUDA_DRIVER_VERSION="12040"))
     assert "[backend-cuda] driver version      : 12.4" in proc.stdout
-    assert "[backend-cuda] backend ABI         : v1" in proc.stdout
+    assert "[backend-cuda] backend ABI         : v2" in proc.stdout
     assert "decision" in proc.stdout
 
 

@@ -230,7 +230,7 @@ def test_threads_by_instances_against_the_cpu_backend(record_property):
 )
 def test_create_destroy_cycles_leave_no_device_memory(record_property):
     watcher = cuplug.load()
-    lib, h = watcher._lib, watcher._handle
+    lib, h = watcher._core.lib, watcher._core.handle
 
     def free_bytes():
         rc, text = lib.ping(h)
@@ -245,7 +245,7 @@ def test_create_destroy_cycles_leave_no_device_memory(record_property):
     for i in range(10_000):
         handle = lib.create("0")
         if i % 500 == 0:
-            probe = cuplug.Backend(lib, handle, {"variant": "fatbin"}, cuda=watcher.cuda)
+            probe = cuplug.Backend(lib, handle, watcher._info, cuda=watcher.cuda)
             assert probe.run("add", x, x)[7] == 2.0
             probe.close()
         else:

@@ -34,7 +34,7 @@ def test_every_artifact_matches_its_manifest_and_loads_without_driver(site):
     )
     got = run_json(code, env_for(site))
     assert sorted(map(tuple, got)) == sorted(
-        (c, v, 1) for c in ("cuda12", "cuda13") for v in ("fatbin", "ptx", "sm75", "sm80")
+        (c, v, 2) for c in ("cuda12", "cuda13") for v in ("fatbin", "ptx", "sm75", "sm80")
     )
 
 

@@ -1,19 +1,48 @@
-// The whole C ABI of a CUDA backend around a table `cuplug_ops` (see cuplug_ops.h).
-// Include it once, at the end of the backend's .cu file, after the table.
+// The whole C ABI (v2, cuplug/backend.h) of a CUDA backend around a table
+// `cuplug_ops` (see cuplug_ops.h). Include it once, at the end of the backend's
+// .cu file, after the table.
 //
-// What it does for every backend: device selection and context creation in
-// create() under a process-wide lock; one non-blocking stream per instance; a
-// smoke launch in ping() (a missing kernel image shows there, not in the user's
-// work); backend-owned pinned staging for host arrays (never a caller pointer
-// handed to the DMA engine) filled by several CPU threads; device-resident
-// buffers; and a private copy of the last error per instance (never
-// cudaGetLastError's sticky state).
+// What it does for every backend:
+//  - create(): device selection and context creation (the runtime's primary
+//    context) under a process-wide lock; one non-blocking stream per instance.
+//    Nothing else: staging memory, events and scratch are made on first use.
+//  - ping(): a smoke launch (a missing kernel image shows there, not in the
+//    user's work), then the JSON of backend.h, as long as it needs to be.
+//  - call(): the op's signature check (cuplug_check_call), then device checks
+//    before any launch, then one of three paths:
+//      * all operands CUDA tensors: launched on the caller's stream (or the
+//        instance's for stream 0), asynchronously. Each pointer must be device
+//        (or managed) memory of the instance's device and, for device memory,
+//        of the instance's context (a pointer of another context on the same
+//        device, e.g. from cuCtxCreate, is refused: CUPLUG_E_WRONG_DEVICE), and
+//        the tensor must lie inside its allocation.
+//      * all operands host tensors (CPU or CUDA-host): staged through
+//        backend-owned pinned memory (never a caller pointer handed to the DMA
+//        engine) by several CPU threads. An elementwise op runs chunk by chunk
+//        (upload, kernel, download overlap); any other op gets whole inputs in
+//        instance-owned device arrays. The call returns when the outputs are
+//        written.
+//      * a mix of host and device operands is refused (CUPLUG_E_INVALID_ARGUMENT):
+//        the simplest rule that is always right; the caller moves one side.
+//  - stream_wait(): an event recorded on one stream, waited for on the other.
+//  - resident tensors in device memory, ids from the shared generation-checked
+//    table (cuplug_common.h); upload/download through the pinned stagers.
+//  - a private copy of the last error per instance (never cudaGetLastError's
+//    sticky state).
+//  - fork(): the child re-initializes the process-wide lock; an instance
+//    inherited from the parent refuses every call (CUDA cannot be used in a
+//    forked child) instead of touching its CUDA objects or its locks.
+//
+// Only the static CUDA runtime is linked. The driver entry points used for the
+// context check come through cudaGetDriverEntryPoint*, never a libcuda link.
 #ifndef CUPLUG_CUDA_BACKEND_CUH
 #define CUPLUG_CUDA_BACKEND_CUH
 
+#include <cuda.h>  // driver API types and enum values only: nothing of libcuda is linked
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +50,7 @@
 
 #include "cuplug_common.h"
 #include "cuplug_ops.h"
+#include "cuplug_signature.h"
 
 #ifndef CUPLUG_VARIANT
 #define CUPLUG_VARIANT "unknown"
@@ -37,25 +67,36 @@
 namespace cuplug_cuda {
 
 constexpr int kOpCount = CUPLUG_OP_COUNT(cuplug_ops);
-// Host arrays move in chunks through pinned staging. One CPU thread's memcpy
+constexpr int kMaxArgs = CUPLUG_MAX_ARGS;
+// Host tensors move in chunks through pinned staging. One CPU thread's memcpy
 // into pinned memory runs at ~10 GB/s, well below PCIe 5; so up to kMaxStagers
 // threads each pipeline their own range (own stream, own two chunk slots), and
 // elementwise ops run per chunk, so H2D, kernel and D2H overlap.
-constexpr size_t kChunkBytes = size_t(2) << 20;
+constexpr size_t kChunkBytes = size_t(2) << 20;  // a multiple of 16 * 8: chunk offsets stay 16-byte aligned
 constexpr int kMaxStagers = 8;
 constexpr size_t kMinBytesPerStager = size_t(16) << 20;  // below this, threads cost more than they give
+constexpr size_t kDeviceAlign = 256;                     // operand regions in the host-path device arrays
 
 // No libstdc++ types here (pthread, not std::mutex): with the old-glibc sysroot the
 // library then needs only GLIBCXX symbols that manylinux2014 allows.
 pthread_mutex_t g_create_lock = PTHREAD_MUTEX_INITIALIZER;  // device selection + context creation
+// Bumped in the child after every fork(): an instance made before compares unequal.
+volatile unsigned g_fork_generation = 0;
+thread_local char g_create_error[CUPLUG_ERR_LEN];
+
+void atfork_child() {
+  // The parent may have held the lock in another thread; that thread does not exist here.
+  pthread_mutex_init(&g_create_lock, nullptr);
+  g_fork_generation = g_fork_generation + 1;
+}
+// At load (glibc drops the handler again when the library is dlclose()d).
+__attribute__((constructor)) void register_atfork() { pthread_atfork(nullptr, nullptr, atfork_child); }
 
 struct Guard {
   pthread_mutex_t* m;
   explicit Guard(pthread_mutex_t* mutex) : m(mutex) { pthread_mutex_lock(m); }
   ~Guard() { pthread_mutex_unlock(m); }
 };
-long long g_next_serial = 1;
-thread_local char g_create_error[CUPLUG_ERR_LEN];
 
 __global__ void smoke_kernel(float* p, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -75,6 +116,36 @@ int status_of(cudaError_t err) {
   }
 }
 
+// ---- driver entry points (resolved through the runtime; no libcuda link) ---------
+struct DriverApi {
+  CUresult (*pointer_get_attributes)(unsigned, CUpointer_attribute*, void**, CUdeviceptr);
+  CUresult (*ctx_get_current)(CUcontext*);
+};
+DriverApi g_driver;
+bool g_driver_resolved = false;  // under g_create_lock (not pthread_once: GLIBC_2.34 when linked on a new host)
+
+void* driver_symbol(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+  cudaError_t err = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found);
+#else
+  cudaError_t err = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &found);
+#endif
+  if (err != cudaSuccess || found != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return fn;
+}
+
+void resolve_driver() {
+  g_driver.pointer_get_attributes =
+      reinterpret_cast<CUresult (*)(unsigned, CUpointer_attribute*, void**, CUdeviceptr)>(
+          driver_symbol("cuPointerGetAttributes"));
+  g_driver.ctx_get_current = reinterpret_cast<CUresult (*)(CUcontext*)>(driver_symbol("cuCtxGetCurrent"));
+}
+
 // Temperature through NVML, opened at run time only if the driver ships it:
 // the backend links nothing but the static CUDA runtime.
 int read_temperature_c(int device) {
@@ -90,17 +161,30 @@ int read_temperature_c(int device) {
   char bus[32];
   void* handle = nullptr;
   unsigned t = 0;
-  if (init_rc != 0 || !by_bus || !temp || cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess)
+  if (init_rc != 0 || !by_bus || !temp || cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess) {
+    cudaGetLastError();
     return -1;
+  }
   if (by_bus(bus, &handle) != 0 || temp(handle, 0 /* NVML_TEMPERATURE_GPU */, &t) != 0) return -1;
   return (int)t;
 }
 
-// One host-path pipeline: a stream and two slots, each with room for two
-// input chunks and one output chunk.
+// Buffers per staging slot: the most operands (inputs + outputs) of any op, at
+// least one (plain uploads and downloads use one).
+int slot_buffers() {
+  int most = 1;
+  for (int i = 0; i < kOpCount; ++i)
+    most = std::max(most, cuplug_op_n_inputs(&cuplug_ops[i]) + cuplug_op_n_outputs(&cuplug_ops[i]));
+  return most;
+}
+
+// One host-path pipeline: a stream and two slots. Slot k has slot_buffers()
+// chunk buffers of kChunkBytes in pinned memory, and as many in device memory
+// for elementwise ops (made on their first use).
 struct Stager {
   cudaStream_t stream;
-  char* pinned[2];  // slot k: in0 | in1 | out, kChunkBytes each
+  char* pinned[2];
+  char* device[2];
   cudaEvent_t slot_free[2];
 };
 
@@ -119,19 +203,32 @@ int stagers_from_env() {
 // Allocated with calloc: every member starts zero/NULL.
 struct cuplug_backend {
   pthread_mutex_t lock;  // serializes calls on one instance
+  unsigned fork_generation;  // g_fork_generation at create
   int device;
   int sm_count;
-  cudaDeviceProp props;
+  CUcontext context;  // the context the runtime uses for `device` (its primary context); NULL if unknown
+  cudaDeviceProp props;  // read on the first ping (cold start stays short)
+  bool have_props;
   cudaStream_t stream;
-  cuplug_buffer_table buffers;
+  cudaEvent_t wait_event;  // stream_wait(), made on first use
+  cuplug_tensor_table tensors;
   cuplug_cuda::Stager stagers[cuplug_cuda::kMaxStagers];  // host-path pipelines, made on first use
   int max_stagers;
-  char* host_arrays;  // device arrays for the host path: x | y | out
+  int slot_buffers;
+  char* host_arrays;  // device arrays of a non-elementwise op's host operands
   size_t host_arrays_bytes;
-  void* op_scratch;  // cuplug_cuda_scratch(), for ops that need temporary device memory
+  // cuplug_cuda_scratch(): one block, grown on demand. Its last user's stream
+  // recorded scratch_event, so a call on another stream waits for it first.
+  void* op_scratch;
   size_t op_scratch_bytes;
+  cudaEvent_t scratch_event;
+  bool scratch_recorded;  // scratch_event marks the last use
+  bool scratch_taken;     // the running op asked for scratch: record after it
   char last_error[CUPLUG_ERR_LEN];
 
+#if defined(__GNUC__)
+  __attribute__((format(printf, 3, 4)))
+#endif
   int fail(int code, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -146,138 +243,316 @@ struct cuplug_backend {
     cudaGetLastError();
     return fail(cuplug_cuda::status_of(err), "%s: %s (%s)", step, cudaGetErrorName(err), cudaGetErrorString(err));
   }
+  bool forked() const { return fork_generation != cuplug_cuda::g_fork_generation; }
 };
 
+#define CUPLUG_TRY(expr, step)          \
+  do {                                  \
+    int rc_ = h->check((expr), (step)); \
+    if (rc_ != CUPLUG_OK) return rc_;   \
+  } while (0)
+
 // Temporary device memory for an op that is not elementwise (e.g. per-block
-// partials of a reduction), kept by the instance and grown on demand. NULL when
-// the device is out of memory. Not for elementwise ops (they run from several
-// staging threads at once).
+// partials of a reduction), kept by the instance and grown on demand; NULL when
+// the device is out of memory. Zero-filled when (re)allocated: an op that
+// needs zeros on entry (a ticket counter) must leave them zero when it ends.
+// Ordered across streams: the framework records an event after the op, and a
+// later call on another stream waits for it before its own use. Not for
+// elementwise ops (they run from several staging threads at once).
 void* cuplug_cuda_scratch(const cuplug_call* call, size_t bytes) {
   cuplug_backend* h = static_cast<cuplug_backend*>(call->backend);
-  if (h->op_scratch_bytes >= bytes) return h->op_scratch;
-  cudaStreamSynchronize(h->stream);  // earlier work may still use the old block
-  if (h->op_scratch) cudaFree(h->op_scratch);
-  h->op_scratch = nullptr;
-  h->op_scratch_bytes = 0;
-  if (cudaMalloc(&h->op_scratch, bytes) != cudaSuccess) {
+  cudaStream_t stream = static_cast<cudaStream_t>(call->stream);
+  if (h->scratch_event == nullptr &&
+      cudaEventCreateWithFlags(&h->scratch_event, cudaEventDisableTiming) != cudaSuccess) {
+    cudaGetLastError();
+    h->scratch_event = nullptr;
+    return nullptr;
+  }
+  if (h->op_scratch_bytes < bytes) {
+    // Every earlier use, on whatever stream, is done before the old block goes.
+    if (h->scratch_recorded && cudaEventSynchronize(h->scratch_event) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    if (h->op_scratch) cudaFree(h->op_scratch);
+    h->op_scratch = nullptr;
+    h->op_scratch_bytes = 0;
+    h->scratch_recorded = false;
+    size_t size = std::max(bytes, size_t(64) << 10);
+    if (cudaMalloc(&h->op_scratch, size) != cudaSuccess) {
+      cudaGetLastError();
+      h->op_scratch = nullptr;
+      return nullptr;
+    }
+    if (cudaMemsetAsync(h->op_scratch, 0, size, stream) != cudaSuccess) {
+      cudaGetLastError();
+      cudaFree(h->op_scratch);
+      h->op_scratch = nullptr;
+      return nullptr;
+    }
+    h->op_scratch_bytes = size;
+  } else if (h->scratch_recorded && cudaStreamWaitEvent(stream, h->scratch_event, 0) != cudaSuccess) {
     cudaGetLastError();
     return nullptr;
   }
-  h->op_scratch_bytes = bytes;
+  h->scratch_taken = true;
   return h->op_scratch;
 }
 
-#define CUPLUG_TRY(expr, step)                 \
-  do {                                         \
-    int rc_ = h->check((expr), (step));        \
-    if (rc_ != CUPLUG_OK) return rc_;          \
-  } while (0)
-
 namespace cuplug_cuda {
 
-// Runs one op on `stream`; a failure carries the op's name and the CUDA error.
-int call_op(const cuplug_op* op, cuplug_backend* h, cudaStream_t stream, const float* x, const float* y, float alpha,
-            float beta, float* out, long long n, char* error, size_t error_len) {
-  cuplug_call call = {x, y, alpha, beta, out, n, stream, h->sm_count, h};
+// ---- running one op ------------------------------------------------------------
+
+// Runs `op` on device tensors on `stream`. A failure carries the op's own
+// message (cuplug_op_fail) or the CUDA error of its launch, into (error, len).
+int call_op(cuplug_backend* h, const cuplug_op* op, const cuplug_tensor* in, int n_in, cuplug_tensor* out, int n_out,
+            const cuplug_attr* attrs, cudaStream_t stream, char* error, size_t error_len) {
+  char op_error[CUPLUG_ERR_LEN];
+  op_error[0] = '\0';
+  cuplug_call call;
+  memset(&call, 0, sizeof call);
+  call.op = op;
+  call.in = in;
+  call.n_in = n_in;
+  call.out = out;
+  call.n_out = n_out;
+  call.attrs = attrs;
+  call.n_attrs = cuplug_op_n_attrs(op);
+  call.n = n_in > 0 ? cuplug_numel(&in[0]) : 0;
+  call.stream = stream;
+  call.sm_count = h->sm_count;
+  call.backend = h;
+  call.error = op_error;
+  call.error_len = sizeof op_error;
+  cudaGetLastError();  // a stale error of someone else's must not be blamed on this op
   int rc = op->fn(&call);
   cudaError_t launch = cudaGetLastError();
+  if (h->scratch_taken) {  // the scratch's next user (maybe on another stream) waits for this op
+    h->scratch_taken = false;
+    cudaError_t e = cudaEventRecord(h->scratch_event, stream);
+    h->scratch_recorded = e == cudaSuccess;
+    if (e != cudaSuccess && launch == cudaSuccess) launch = e;
+    cudaGetLastError();
+  }
   if (rc == CUPLUG_OK && launch == cudaSuccess) return CUPLUG_OK;
-  if (launch != cudaSuccess) rc = status_of(launch);
-  snprintf(error, error_len, "op %s: %s (%s)", op->name, launch != cudaSuccess ? cudaGetErrorName(launch) : "failed",
-           launch != cudaSuccess ? cudaGetErrorString(launch) : "the op returned an error");
+  if (rc > 0 || rc < CUPLUG_E_WRONG_DEVICE) rc = CUPLUG_E_INVALID_ARGUMENT;  // not a cuplug status
+  if (launch != cudaSuccess) {
+    snprintf(error, error_len, "%s: kernel launch failed: %s (%s)", op->name, cudaGetErrorName(launch),
+             cudaGetErrorString(launch));
+    return status_of(launch);
+  }
+  if (op_error[0] != '\0')
+    snprintf(error, error_len, "%s", op_error);
+  else if (rc == CUPLUG_E_OUT_OF_MEMORY)
+    snprintf(error, error_len, "%s: out of device memory (scratch)", op->name);
+  else
+    snprintf(error, error_len, "%s failed (status %d)", op->name, rc);
   return rc;
 }
 
-// The same on the instance's own stream, the error recorded as the instance's.
-int run_op(cuplug_backend* h, const cuplug_op* op, const float* x, const float* y, float alpha, float beta, float* out,
-           long long n) {
-  return call_op(op, h, h->stream, x, y, alpha, beta, out, n, h->last_error, sizeof h->last_error);
+// Copies of tensors with byte_offset folded into data, strides NULL (the
+// signature check found them C-contiguous).
+void fold(const cuplug_tensor* src, cuplug_tensor* dst, int n) {
+  for (int k = 0; k < n; ++k) {
+    dst[k] = src[k];
+    if (dst[k].data != nullptr) dst[k].data = static_cast<char*>(dst[k].data) + dst[k].byte_offset;
+    dst[k].byte_offset = 0;
+    dst[k].strides = nullptr;
+  }
 }
+
+long long tensor_bytes(const cuplug_tensor& t) { return cuplug_numel(&t) * cuplug_dtype_size(t.dtype); }
+
+// ---- device checks -------------------------------------------------------------
+
+const char* device_type_name(int type) {
+  switch (type) {
+    case CUPLUG_DEVICE_CPU: return "cpu";
+    case CUPLUG_DEVICE_CUDA: return "cuda";
+    case CUPLUG_DEVICE_CUDA_HOST: return "cuda_host";
+    default: return "unknown";
+  }
+}
+
+// A CUDA tensor's memory (already folded) must be device or managed memory of
+// h->device, device memory of h's context, and [p, p + bytes) inside its
+// allocation. All before any launch: a clear error, never an illegal address.
+int check_device_tensor(cuplug_backend* h, const char* op, const char* what, const cuplug_tensor& t) {
+  const long long bytes = tensor_bytes(t);
+  if (bytes == 0) return CUPLUG_OK;  // nothing is read or written
+  const int dev = h->device;
+  if (t.device_id != dev)
+    return h->fail(CUPLUG_E_WRONG_DEVICE,
+                   "%s: %s is a tensor on cuda:%d, but this backend instance runs on cuda:%d; move it there "
+                   "(tensor.to('cuda:%d')) or use an instance created for device %d",
+                   op, what, (int)t.device_id, dev, dev, (int)t.device_id);
+  cudaPointerAttributes a;
+  memset(&a, 0, sizeof a);
+  cudaError_t err = cudaPointerGetAttributes(&a, t.data);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return h->fail(CUPLUG_E_WRONG_DEVICE,
+                   "%s: %s (declared cuda:%d) points at %p, which the CUDA runtime does not know as device memory "
+                   "(%s); pass device memory of cuda:%d, or host memory as a CPU tensor",
+                   op, what, dev, t.data, cudaGetErrorName(err), dev);
+  }
+  if (a.type == cudaMemoryTypeUnregistered)
+    return h->fail(CUPLUG_E_WRONG_DEVICE,
+                   "%s: %s is declared a cuda:%d tensor, but %p is not CUDA memory (a host pointer?); pass host "
+                   "memory with device_type CPU, or copy the tensor to cuda:%d",
+                   op, what, dev, t.data, dev);
+  if (a.type == cudaMemoryTypeHost)
+    return h->fail(CUPLUG_E_WRONG_DEVICE,
+                   "%s: %s is declared a cuda:%d tensor, but %p is pinned host memory; pass it with device_type "
+                   "CUDA_HOST (kDLCUDAHost) or CPU, or copy it to cuda:%d",
+                   op, what, dev, t.data, dev);
+  if (a.device != dev)
+    return h->fail(CUPLUG_E_WRONG_DEVICE,
+                   "%s: %s says cuda:%d, but its memory %p belongs to cuda:%d, and this backend instance runs on "
+                   "cuda:%d; copy the tensor to cuda:%d or use an instance created for device %d",
+                   op, what, (int)t.device_id, t.data, a.device, dev, dev, a.device);
+  if (g_driver.pointer_get_attributes == nullptr) return CUPLUG_OK;  // no driver entry points: as far as we can see
+  CUcontext ctx = nullptr;
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  CUpointer_attribute which[3] = {CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                  CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void* values[3] = {&ctx, &start, &size};
+  if (g_driver.pointer_get_attributes(3, which, values, (CUdeviceptr)(uintptr_t)t.data) != CUDA_SUCCESS)
+    return CUPLUG_OK;  // unknown to the driver's query: the runtime's answer above stands
+  // Managed memory is valid in every context; device memory only in its own.
+  // (Memory of the virtual memory API, cuMemCreate/cuMemMap, has no context: NULL.)
+  if (a.type == cudaMemoryTypeDevice && ctx != nullptr && h->context != nullptr && ctx != h->context)
+    return h->fail(CUPLUG_E_WRONG_DEVICE,
+                   "%s: %s (%p) is memory of another CUDA context on cuda:%d, not of the runtime's primary context "
+                   "that this backend (like PyTorch and CuPy) uses; allocate it in the primary context (cudaMalloc, "
+                   "torch, cupy) or copy it there first",
+                   op, what, t.data, dev);
+  const uintptr_t p = (uintptr_t)t.data, base = (uintptr_t)start;
+  if (size > 0 && (p < base || p - base > size || (unsigned long long)bytes > size - (p - base)))
+    return h->fail(CUPLUG_E_INVALID_ARGUMENT,
+                   "%s: %s needs %lld bytes at %p, but its allocation is %zu bytes at %p: the tensor runs past "
+                   "the end of its memory",
+                   op, what, bytes, t.data, size, (void*)(uintptr_t)start);
+  return CUPLUG_OK;
+}
+
+// ---- host staging --------------------------------------------------------------
 
 int ensure_host_arrays(cuplug_backend* h, size_t bytes) {
   if (h->host_arrays_bytes >= bytes) return CUPLUG_OK;
   if (h->host_arrays) cudaFree(h->host_arrays);
   h->host_arrays = nullptr;
   h->host_arrays_bytes = 0;
-  CUPLUG_TRY(cudaMalloc(&h->host_arrays, bytes), "cudaMalloc(host-path arrays)");
+  CUPLUG_TRY(cudaMalloc(&h->host_arrays, bytes), "cudaMalloc(host-path device arrays)");
   h->host_arrays_bytes = bytes;
   return CUPLUG_OK;
 }
 
-int ensure_stager(cuplug_backend* h, int i) {
+int ensure_stager(cuplug_backend* h, int i, bool device_buffers) {
   Stager* st = &h->stagers[i];
-  if (st->stream) return CUPLUG_OK;
+  const size_t slot = (size_t)h->slot_buffers * kChunkBytes;
   for (int k = 0; k < 2; ++k) {  // after a failed attempt, keep what was made (release() frees it)
-    if (!st->pinned[k]) CUPLUG_TRY(cudaMallocHost(&st->pinned[k], 3 * kChunkBytes), "cudaMallocHost(staging)");
+    if (!st->pinned[k]) CUPLUG_TRY(cudaMallocHost(&st->pinned[k], slot), "cudaMallocHost(staging)");
     if (!st->slot_free[k])
       CUPLUG_TRY(cudaEventCreateWithFlags(&st->slot_free[k], cudaEventDisableTiming), "cudaEventCreate(staging)");
+    if (device_buffers && !st->device[k])
+      CUPLUG_TRY(cudaMalloc(&st->device[k], slot), "cudaMalloc(staging chunks)");
   }
-  CUPLUG_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking), "cudaStreamCreate(staging)");
+  if (!st->stream)
+    CUPLUG_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking), "cudaStreamCreate(staging)");
   return CUPLUG_OK;
 }
 
-// What one stager does with its byte range [begin, end) of the arrays:
-// upload `in[i]` to `din[i]`, run the elementwise `op` (or none) from din into
-// `dres`, and download `dres` into `out` (or nothing).
+// What one stager does with its element range [begin, end):
+//  - op == NULL: plain copies, host hin[i] -> device din[i] (upload) and device
+//    dsrc[j] -> host hout[j] (download), element sizes isz / osz;
+//  - op != NULL (elementwise): per chunk, upload the inputs into the slot's
+//    device chunk buffers, run the op there on 1-D chunk tensors, download
+//    its outputs.
 struct StageJob {
   cuplug_backend* h;
   Stager* st;
-  int nin;
-  const char* in[2];
-  char* din[2];
+  int nin, nout;
+  const char* hin[kMaxArgs];
+  char* hout[kMaxArgs];
+  char* din[kMaxArgs];
+  const char* dsrc[kMaxArgs];
+  size_t isz[kMaxArgs], osz[kMaxArgs];
   const cuplug_op* op;
-  float alpha, beta;
-  char* dres;
-  char* out;
-  size_t begin, end;
+  const cuplug_tensor* in_t;  // the caller's tensors (dtypes), op != NULL
+  const cuplug_tensor* out_t;
+  const cuplug_attr* attrs;
+  long long chunk;  // elements per chunk
+  long long begin, end;
   int rc;
   char error[CUPLUG_ERR_LEN];
 };
 
 int stage_fail(StageJob* j, cudaError_t err, const char* step) {
+  cudaGetLastError();
   snprintf(j->error, sizeof j->error, "%s: %s (%s)", step, cudaGetErrorName(err), cudaGetErrorString(err));
   return j->rc = status_of(err);
 }
 
-#define CUPLUG_STAGE_TRY(expr, step)                            \
-  do {                                                          \
-    cudaError_t e_ = (expr);                                    \
-    if (e_ != cudaSuccess) return stage_fail(j, e_, (step));    \
+#define CUPLUG_STAGE_TRY(expr, step)                         \
+  do {                                                       \
+    cudaError_t e_ = (expr);                                 \
+    if (e_ != cudaSuccess) return stage_fail(j, e_, (step)); \
   } while (0)
 
-int stage_range(StageJob* j) {
+int stage_range_inner(StageJob* j) {
   Stager* st = j->st;
   CUPLUG_STAGE_TRY(cudaSetDevice(j->h->device), "cudaSetDevice(staging)");
-  size_t pending_off[2] = {0, 0}, pending_len[2] = {0, 0};  // output chunk waiting in each slot
+  const int nin = j->nin, nout = j->nout;
+  long long pending_off[2] = {0, 0}, pending_len[2] = {0, 0};  // output chunk waiting in each slot
   auto drain = [&](int slot) -> cudaError_t {
     cudaError_t e = cudaEventSynchronize(st->slot_free[slot]);
-    if (e == cudaSuccess && pending_len[slot])
-      memcpy(j->out + pending_off[slot], st->pinned[slot] + 2 * kChunkBytes, pending_len[slot]);
+    if (e == cudaSuccess && pending_len[slot] > 0)
+      for (int o = 0; o < nout; ++o)
+        memcpy(j->hout[o] + pending_off[slot] * j->osz[o], st->pinned[slot] + (size_t)(nin + o) * kChunkBytes,
+               (size_t)pending_len[slot] * j->osz[o]);
     pending_len[slot] = 0;
     return e;
   };
-  for (size_t off = j->begin, k = 0; off < j->end; off += kChunkBytes, ++k) {
-    size_t len = std::min(kChunkBytes, j->end - off);
-    int slot = (int)(k & 1);
+  for (long long off = j->begin, k = 0; off < j->end; off += j->chunk, ++k) {
+    const long long len = std::min(j->chunk, j->end - off);
+    const int slot = (int)(k & 1);
     CUPLUG_STAGE_TRY(drain(slot), "staging wait");
-    for (int i = 0; i < j->nin; ++i) {
-      char* pin = st->pinned[slot] + i * kChunkBytes;
-      memcpy(pin, j->in[i] + off, len);
-      CUPLUG_STAGE_TRY(cudaMemcpyAsync(j->din[i] + off, pin, len, cudaMemcpyHostToDevice, st->stream),
+    char* pin = st->pinned[slot];
+    char* dev = st->device[slot];
+    for (int i = 0; i < nin; ++i) {
+      const size_t bytes = (size_t)len * j->isz[i];
+      memcpy(pin + (size_t)i * kChunkBytes, j->hin[i] + off * j->isz[i], bytes);
+      char* dst = j->op ? dev + (size_t)i * kChunkBytes : j->din[i] + off * j->isz[i];
+      CUPLUG_STAGE_TRY(cudaMemcpyAsync(dst, pin + (size_t)i * kChunkBytes, bytes, cudaMemcpyHostToDevice, st->stream),
                        "cudaMemcpyAsync(H2D)");
     }
     if (j->op != nullptr) {
-      const float* x = reinterpret_cast<const float*>(j->din[0] + off);
-      const float* y = j->nin > 1 ? reinterpret_cast<const float*>(j->din[1] + off) : nullptr;
-      int rc = call_op(j->op, j->h, st->stream, x, y, j->alpha, j->beta, reinterpret_cast<float*>(j->dres + off),
-                       (long long)(len / sizeof(float)), j->error, sizeof j->error);
+      int64_t shape[1] = {len};
+      cuplug_tensor tin[kMaxArgs], tout[kMaxArgs];
+      for (int i = 0; i < nin + nout; ++i) {
+        cuplug_tensor& t = i < nin ? tin[i] : tout[i - nin];
+        t = i < nin ? j->in_t[i] : j->out_t[i - nin];
+        t.data = dev + (size_t)i * kChunkBytes;
+        t.device_type = CUPLUG_DEVICE_CUDA;
+        t.device_id = j->h->device;
+        t.ndim = 1;
+        t.shape = shape;
+        t.strides = nullptr;
+        t.byte_offset = 0;
+      }
+      int rc = call_op(j->h, j->op, tin, nin, tout, nout, j->attrs, st->stream, j->error, sizeof j->error);
       if (rc != CUPLUG_OK) return j->rc = rc;
     }
-    if (j->out) {
-      CUPLUG_STAGE_TRY(cudaMemcpyAsync(st->pinned[slot] + 2 * kChunkBytes, j->dres + off, len,
-                                       cudaMemcpyDeviceToHost, st->stream), "cudaMemcpyAsync(D2H)");
-      pending_off[slot] = off, pending_len[slot] = len;
+    for (int o = 0; o < nout; ++o) {
+      const size_t bytes = (size_t)len * j->osz[o];
+      const char* src = j->op ? dev + (size_t)(nin + o) * kChunkBytes : j->dsrc[o] + off * j->osz[o];
+      CUPLUG_STAGE_TRY(
+          cudaMemcpyAsync(pin + (size_t)(nin + o) * kChunkBytes, src, bytes, cudaMemcpyDeviceToHost, st->stream),
+          "cudaMemcpyAsync(D2H)");
     }
+    if (nout > 0) pending_off[slot] = off, pending_len[slot] = len;
     CUPLUG_STAGE_TRY(cudaEventRecord(st->slot_free[slot], st->stream), "cudaEventRecord(staging)");
   }
   for (int slot = 0; slot < 2; ++slot) CUPLUG_STAGE_TRY(drain(slot), "staging wait");
@@ -285,118 +560,252 @@ int stage_range(StageJob* j) {
   return j->rc = CUPLUG_OK;
 }
 
+// On failure too, nothing of this range is still in flight when it returns
+// (the next use of the slots and the caller's memory must not race with it).
+int stage_range(StageJob* j) {
+  int rc = stage_range_inner(j);
+  if (rc != CUPLUG_OK && j->st->stream) {
+    cudaStreamSynchronize(j->st->stream);
+    cudaGetLastError();
+  }
+  return rc;
+}
+
 void* stage_thread(void* job) {
   stage_range(static_cast<StageJob*>(job));
   return nullptr;
 }
 
-// Splits `bytes` over the stagers (whole chunks each), runs them and waits.
-// Every range is done (or failed) when this returns; the first failure is
-// recorded as the instance's error.
-int stage(cuplug_backend* h, StageJob tmpl, size_t bytes) {
+// Splits [0, n) elements over the stagers (whole chunks each), runs them and
+// waits. Every range is done (or failed) when this returns; the first failure
+// is recorded as the instance's error.
+int stage(cuplug_backend* h, StageJob tmpl, long long n) {
+  if (n <= 0) return CUPLUG_OK;
   // Work already queued on the instance's stream may read or write these arrays.
   CUPLUG_TRY(cudaStreamSynchronize(h->stream), "sync before staging");
-  size_t chunks = (bytes + kChunkBytes - 1) / kChunkBytes;
-  int n = (int)std::max<size_t>(1, std::min<size_t>({(size_t)h->max_stagers, bytes / kMinBytesPerStager, chunks}));
-  for (int i = 0; i < n; ++i) {
-    int rc = ensure_stager(h, i);
+  size_t widest = 1;
+  for (int i = 0; i < tmpl.nin; ++i) widest = std::max(widest, tmpl.isz[i]);
+  for (int o = 0; o < tmpl.nout; ++o) widest = std::max(widest, tmpl.osz[o]);
+  tmpl.chunk = (long long)(kChunkBytes / widest);  // a multiple of 16 elements
+  const long long chunks = (n + tmpl.chunk - 1) / tmpl.chunk;
+  const long long bytes = n * (long long)widest;
+  const int count =
+      (int)std::max<long long>(1, std::min<long long>({(long long)h->max_stagers, bytes / (long long)kMinBytesPerStager,
+                                                       chunks}));
+  for (int i = 0; i < count; ++i) {
+    int rc = ensure_stager(h, i, tmpl.op != nullptr);
     if (rc) return rc;
   }
   StageJob jobs[kMaxStagers];
   pthread_t threads[kMaxStagers];
   bool started[kMaxStagers] = {};
   tmpl.h = h;
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < count; ++i) {
     jobs[i] = tmpl;
     jobs[i].st = &h->stagers[i];
-    jobs[i].begin = std::min(bytes, (chunks * i / n) * kChunkBytes);
-    jobs[i].end = std::min(bytes, (chunks * (i + 1) / n) * kChunkBytes);
+    jobs[i].begin = std::min(n, (chunks * i / count) * tmpl.chunk);
+    jobs[i].end = std::min(n, (chunks * (i + 1) / count) * tmpl.chunk);
     jobs[i].rc = CUPLUG_OK;
     jobs[i].error[0] = '\0';
     // Range 0 runs on the calling thread; if a thread cannot start, its range does too.
     started[i] = i > 0 && pthread_create(&threads[i], nullptr, stage_thread, &jobs[i]) == 0;
   }
-  for (int i = 0; i < n; ++i)
+  for (int i = 0; i < count; ++i)
     if (!started[i]) stage_range(&jobs[i]);
-  for (int i = 0; i < n; ++i)
+  for (int i = 0; i < count; ++i)
     if (started[i]) pthread_join(threads[i], nullptr);
-  for (int i = 0; i < n; ++i)
+  for (int i = 0; i < count; ++i)
     if (jobs[i].rc != CUPLUG_OK) return h->fail(jobs[i].rc, "%s", jobs[i].error);
   return CUPLUG_OK;
 }
 
 int upload_staged(cuplug_backend* h, void* dev, const void* host, size_t bytes) {
-  StageJob j = {};
-  j.nin = 1, j.in[0] = static_cast<const char*>(host), j.din[0] = static_cast<char*>(dev);
-  return stage(h, j, bytes);
+  StageJob j;
+  memset(&j, 0, sizeof j);
+  j.nin = 1, j.hin[0] = static_cast<const char*>(host), j.din[0] = static_cast<char*>(dev), j.isz[0] = 1;
+  return stage(h, j, (long long)bytes);
 }
 
 int download_staged(cuplug_backend* h, void* host, const void* dev, size_t bytes) {
-  StageJob j = {};
-  j.dres = const_cast<char*>(static_cast<const char*>(dev)), j.out = static_cast<char*>(host);
-  return stage(h, j, bytes);
+  StageJob j;
+  memset(&j, 0, sizeof j);
+  j.nout = 1, j.dsrc[0] = static_cast<const char*>(dev), j.hout[0] = static_cast<char*>(host), j.osz[0] = 1;
+  return stage(h, j, (long long)bytes);
 }
 
-const cuplug_op* check_op(cuplug_backend* h, const char* op, long long n, int* rc) {
-  const cuplug_op* found = cuplug_find_op(cuplug_ops, kOpCount, op);
-  if (found == nullptr) {
-    char names[256];
+// A call whose operands are all host tensors (folded). Returns when the outputs are written.
+int call_host(cuplug_backend* h, const cuplug_op* op, const cuplug_tensor* in, int n_in, cuplug_tensor* out,
+              int n_out, const cuplug_attr* attrs) {
+  const long long n = n_in > 0 ? cuplug_numel(&in[0]) : 0;
+  if (op->flags & CUPLUG_ELEMENTWISE) {  // chunk by chunk, so uploads, kernels and downloads overlap
+    for (int k = 0; k < n_in + n_out; ++k) {
+      const cuplug_tensor& t = k < n_in ? in[k] : out[k - n_in];
+      if (cuplug_numel(&t) != n)
+        return h->fail(CUPLUG_E_INVALID_ARGUMENT,
+                       "%s: elementwise op with operands of different sizes (%s has %lld elements, %s %lld)",
+                       op->name, op->inputs[0].name, n,
+                       k < n_in ? op->inputs[k].name : op->outputs[k - n_in].name, cuplug_numel(&t));
+    }
+    if (n == 0) return CUPLUG_OK;
+    StageJob j;
+    memset(&j, 0, sizeof j);
+    j.nin = n_in, j.nout = n_out;
+    for (int i = 0; i < n_in; ++i) j.hin[i] = static_cast<const char*>(in[i].data), j.isz[i] = cuplug_dtype_size(in[i].dtype);
+    for (int o = 0; o < n_out; ++o) j.hout[o] = static_cast<char*>(out[o].data), j.osz[o] = cuplug_dtype_size(out[o].dtype);
+    j.op = op, j.in_t = in, j.out_t = out, j.attrs = attrs;
+    return stage(h, j, n);
+  }
+  // Otherwise the op needs whole tensors on the device before it starts:
+  // regions of the instance's device arrays, each kDeviceAlign-aligned.
+  size_t offset[2 * kMaxArgs], total = 0;
+  for (int k = 0; k < n_in + n_out; ++k) {
+    offset[k] = total;
+    total += ((size_t)tensor_bytes(k < n_in ? in[k] : out[k - n_in]) + kDeviceAlign - 1) / kDeviceAlign * kDeviceAlign;
+  }
+  int rc = ensure_host_arrays(h, std::max(total, kDeviceAlign));
+  if (rc) return rc;
+  cuplug_tensor din[kMaxArgs], dout[kMaxArgs];
+  for (int k = 0; k < n_in + n_out; ++k) {
+    cuplug_tensor& t = k < n_in ? din[k] : dout[k - n_in];
+    t = k < n_in ? in[k] : out[k - n_in];
+    t.data = h->host_arrays + offset[k];
+    t.device_type = CUPLUG_DEVICE_CUDA;
+    t.device_id = h->device;
+  }
+  for (int i = 0; i < n_in; ++i)
+    if ((rc = upload_staged(h, din[i].data, in[i].data, (size_t)tensor_bytes(in[i])))) return rc;
+  if ((rc = call_op(h, op, din, n_in, dout, n_out, attrs, h->stream, h->last_error, sizeof h->last_error))) return rc;
+  for (int o = 0; o < n_out; ++o)  // stage() first waits for the op on the instance's stream
+    if ((rc = download_staged(h, out[o].data, dout[o].data, (size_t)tensor_bytes(out[o])))) return rc;
+  return CUPLUG_OK;
+}
+
+int call_locked(cuplug_backend* h, const char* opname, const cuplug_tensor* in, int n_in, cuplug_tensor* out,
+                int n_out, const cuplug_attr* attrs, int n_attrs, uint64_t stream) {
+  const cuplug_op* op = cuplug_find_op(cuplug_ops, kOpCount, opname);
+  if (op == nullptr) {
+    char names[512];
     cuplug_op_names(cuplug_ops, kOpCount, names, sizeof names);
-    *rc = h->fail(CUPLUG_E_UNKNOWN_OP, "unknown op '%s' (expected %s)", op ? op : "(null)", names);
-  } else if (n <= 0 || n > CUPLUG_MAX_ELEMENTS) {
-    *rc = h->fail(CUPLUG_E_INVALID_ARGUMENT, "n must be in 1..%lld, got %lld", CUPLUG_MAX_ELEMENTS, n);
-    found = nullptr;
+    return h->fail(CUPLUG_E_UNKNOWN_OP, "unknown op '%s' (this backend has %s)", opname ? opname : "(null)", names);
   }
-  return found;
-}
+  cuplug_attr normalized[CUPLUG_MAX_ARGS];
+  int rc = cuplug_check_call(op, in, n_in, out, n_out, attrs, n_attrs, normalized, h->last_error,
+                             sizeof h->last_error);
+  if (rc != CUPLUG_OK) return rc;
 
-cuplug_buffer* buffer_for(cuplug_backend* h, long long id, long long n, const char* what, int* rc) {
-  cuplug_buffer* b = cuplug_table_get(&h->buffers, id);
-  if (b == nullptr) {
-    *rc = h->fail(CUPLUG_E_BAD_BUFFER, "%s: buffer id %lld is not a live buffer of this instance", what, id);
-  } else if (n <= 0 || n > b->n) {
-    *rc = h->fail(n <= 0 ? CUPLUG_E_INVALID_ARGUMENT : CUPLUG_E_BUFFER_TOO_SMALL,
-                  "%s: n=%lld does not fit buffer %lld of %lld elements", what, n, id, b->n);
-    b = nullptr;
+  // Where the operands live: all on this device, or all on the host.
+  int n_dev = 0, n_host = 0, first_dev = -1, first_host = -1;
+  for (int k = 0; k < n_in + n_out; ++k) {
+    const cuplug_tensor& t = k < n_in ? in[k] : out[k - n_in];
+    const char* what = k < n_in ? op->inputs[k].name : op->outputs[k - n_in].name;
+    if (t.device_type == CUPLUG_DEVICE_CUDA) {
+      if (n_dev++ == 0) first_dev = k;
+    } else if (t.device_type == CUPLUG_DEVICE_CPU || t.device_type == CUPLUG_DEVICE_CUDA_HOST) {
+      if (n_host++ == 0) first_host = k;
+    } else {
+      return h->fail(CUPLUG_E_WRONG_DEVICE,
+                     "%s: %s has device_type %d; this CUDA backend takes CUDA tensors of cuda:%d (2) and host "
+                     "tensors (CPU 1, CUDA host 3)",
+                     op->name, what, (int)t.device_type, h->device);
+    }
   }
-  return b;
-}
+  auto operand = [&](int k) { return k < n_in ? op->inputs[k].name : op->outputs[k - n_in].name; };
+  auto tensor_at = [&](int k) -> const cuplug_tensor& { return k < n_in ? in[k] : out[k - n_in]; };
+  if (n_dev > 0 && n_host > 0)
+    return h->fail(CUPLUG_E_INVALID_ARGUMENT,
+                   "%s: a mix of host and device operands: %s is a CUDA tensor (cuda:%d) but %s is a host tensor "
+                   "(%s); pass all operands on the device or all on the host (a mixed call is not staged)",
+                   op->name, operand(first_dev), (int)tensor_at(first_dev).device_id, operand(first_host),
+                   device_type_name(tensor_at(first_host).device_type));
 
-// Copies n floats between a host array and buffer id (to_host: download), through the stagers.
-int copy_buffer(cuplug_backend* h, long long id, float* host, long long n, bool to_host) {
-  const char* what = to_host ? "download" : "upload";
-  int rc = CUPLUG_OK;
-  cuplug_buffer* b = buffer_for(h, id, n, what, &rc);
-  if (!b) return rc;
-  if (!host) return h->fail(CUPLUG_E_INVALID_ARGUMENT, "%s: NULL host pointer", what);
+  cuplug_tensor fin[kMaxArgs], fout[kMaxArgs];
+  fold(in, fin, n_in);
+  fold(out, fout, n_out);
   CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
-  size_t bytes = (size_t)n * sizeof(float);
-  return to_host ? download_staged(h, host, b->ptr, bytes) : upload_staged(h, b->ptr, host, bytes);
+  if (n_dev == 0 && n_in + n_out > 0) return call_host(h, op, fin, n_in, fout, n_out, normalized);
+
+  for (int k = 0; k < n_in + n_out; ++k)
+    if ((rc = check_device_tensor(h, op->name, operand(k), k < n_in ? fin[k] : fout[k - n_in]))) return rc;
+  const long long n = n_in > 0 ? cuplug_numel(&fin[0]) : 0;
+  if (n == 0 && (op->flags & CUPLUG_ELEMENTWISE)) return CUPLUG_OK;  // nothing to compute
+  cudaStream_t s = stream != 0 ? reinterpret_cast<cudaStream_t>((uintptr_t)stream) : h->stream;
+  return call_op(h, op, fin, n_in, fout, n_out, normalized, s, h->last_error, sizeof h->last_error);
 }
+
+// ---- resident tensors ----------------------------------------------------------
+
+cuplug_resident* resident(cuplug_backend* h, long long id, const char* what) {
+  cuplug_resident* r = cuplug_table_get(&h->tensors, id);
+  if (r == nullptr)
+    h->fail(CUPLUG_E_BAD_BUFFER,
+            "%s: id %lld is not a live tensor of this instance (freed, stale, of another instance or made up)", what,
+            id);
+  return r;
+}
+
+// Copies a resident tensor's whole bytes from/to host memory (to_host: download), through the stagers.
+int copy_resident(cuplug_backend* h, long long id, void* host, long long nbytes, bool to_host) {
+  const char* what = to_host ? "download" : "upload";
+  cuplug_resident* r = resident(h, id, what);
+  if (r == nullptr) return CUPLUG_E_BAD_BUFFER;
+  if (nbytes != r->nbytes) {
+    char s[256];
+    return h->fail(nbytes >= 0 && nbytes < r->nbytes ? CUPLUG_E_BUFFER_TOO_SMALL : CUPLUG_E_INVALID_ARGUMENT,
+                   "%s: nbytes must be the tensor's whole size, %lld bytes (%s %s), got %lld", what, r->nbytes,
+                   cuplug_dtype_name(r->dtype), cuplug_shape_text(r->ndim, r->shape, s, sizeof s), nbytes);
+  }
+  if (host == nullptr && nbytes > 0) return h->fail(CUPLUG_E_INVALID_ARGUMENT, "%s: NULL host pointer", what);
+  CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
+  if (nbytes == 0) {  // nothing to copy; still ordered after the instance stream's work, as documented
+    CUPLUG_TRY(cudaStreamSynchronize(h->stream), what);
+    return CUPLUG_OK;
+  }
+  return to_host ? download_staged(h, host, r->ptr, (size_t)nbytes) : upload_staged(h, r->ptr, host, (size_t)nbytes);
+}
+
+void free_device(void* ptr, void*) { cudaFree(ptr); }
 
 void release(cuplug_backend* h) {
   cudaSetDevice(h->device);
   if (h->stream) cudaStreamSynchronize(h->stream);
-  for (long long i = 0; i < h->buffers.count; ++i)
-    if (h->buffers.slots[i].ptr) cudaFree(h->buffers.slots[i].ptr);
-  free(h->buffers.slots);
+  if (h->scratch_event && h->scratch_recorded) cudaEventSynchronize(h->scratch_event);
+  cuplug_table_clear(&h->tensors, free_device, nullptr);
   for (Stager& st : h->stagers) {
     if (st.stream) cudaStreamSynchronize(st.stream), cudaStreamDestroy(st.stream);
     for (int k = 0; k < 2; ++k) {
       if (st.pinned[k]) cudaFreeHost(st.pinned[k]);
+      if (st.device[k]) cudaFree(st.device[k]);
       if (st.slot_free[k]) cudaEventDestroy(st.slot_free[k]);
     }
   }
   if (h->host_arrays) cudaFree(h->host_arrays);
   if (h->op_scratch) cudaFree(h->op_scratch);
+  if (h->scratch_event) cudaEventDestroy(h->scratch_event);
+  if (h->wait_event) cudaEventDestroy(h->wait_event);
   if (h->stream) cudaStreamDestroy(h->stream);
+  cudaGetLastError();
 }
 
 void set_create_error(const char* step, cudaError_t err) {
   snprintf(g_create_error, CUPLUG_ERR_LEN, "%s: %s (%s)", step, cudaGetErrorName(err), cudaGetErrorString(err));
 }
 
+// The refusal of an instance inherited through fork() (no lock taken: the
+// parent's threads that may have held it do not exist in the child).
+int forked_error(cuplug_backend* h) {
+  snprintf(h->last_error, sizeof h->last_error,
+           "this CUDA backend instance was created before fork(); CUDA cannot be used in a forked child: create "
+           "backends after the fork in a fresh process (multiprocessing start method 'spawn' or 'forkserver')");
+  return CUPLUG_E_DEVICE;
+}
+
 }  // namespace cuplug_cuda
+
+// Every entry point with an instance: NULL handle and forked-child checks, then the instance lock.
+#define CUPLUG_ENTER(h)                                                   \
+  if ((h) == nullptr) return CUPLUG_E_INVALID_ARGUMENT;                   \
+  if ((h)->forked()) return cuplug_cuda::forked_error(h);                 \
+  cuplug_cuda::Guard guard_(&(h)->lock)
 
 extern "C" {
 
@@ -420,6 +829,7 @@ CUPLUG_API cuplug_backend* cuplug_backend_create(const char* device_pref) {
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     set_create_error("cudaGetDeviceCount", err);
+    cudaGetLastError();
     return nullptr;
   }
   if (device >= count) {
@@ -431,14 +841,21 @@ CUPLUG_API cuplug_backend* cuplug_backend_create(const char* device_pref) {
     snprintf(g_create_error, CUPLUG_ERR_LEN, "out of host memory");
     return nullptr;
   }
-  pthread_mutex_init(&h->lock, nullptr);
+  if (pthread_mutex_init(&h->lock, nullptr) != 0) {
+    free(h);
+    snprintf(g_create_error, CUPLUG_ERR_LEN, "pthread_mutex_init failed");
+    return nullptr;
+  }
   h->device = device;
-  h->buffers.serial = g_next_serial++;
+  h->fork_generation = g_fork_generation;
   const char* step = "cudaSetDevice";
   err = cudaSetDevice(device);
   if (err == cudaSuccess) step = "cudaFree(0) (context creation)", err = cudaFree(0);
-  if (err == cudaSuccess) step = "cudaGetDeviceProperties", err = cudaGetDeviceProperties(&h->props, device);
-  if (err == cudaSuccess) step = "cudaStreamCreate", err = cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking);
+  if (err == cudaSuccess)
+    step = "cudaDeviceGetAttribute(multiprocessors)",
+    err = cudaDeviceGetAttribute(&h->sm_count, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess)
+    step = "cudaStreamCreate", err = cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking);
   if (err != cudaSuccess) {
     set_create_error(step, err);
     cudaGetLastError();
@@ -447,8 +864,13 @@ CUPLUG_API cuplug_backend* cuplug_backend_create(const char* device_pref) {
     free(h);
     return nullptr;
   }
-  h->sm_count = h->props.multiProcessorCount;
+  // The context the runtime made current for `device` (its primary context):
+  // what device pointers passed to call() must belong to.
+  if (!g_driver_resolved) resolve_driver(), g_driver_resolved = true;  // g_create_lock is held
+  CUcontext ctx = nullptr;
+  if (g_driver.ctx_get_current && g_driver.ctx_get_current(&ctx) == CUDA_SUCCESS) h->context = ctx;
   h->max_stagers = stagers_from_env();
+  h->slot_buffers = slot_buffers();
   g_create_error[0] = '\0';
   return h;
 }
@@ -459,14 +881,19 @@ CUPLUG_API int cuplug_backend_last_create_error(char* buf, int len) {
 
 CUPLUG_API int cuplug_backend_last_error(cuplug_backend* h, char* buf, int len) {
   if (h == nullptr) return cuplug_write_text("NULL backend handle", buf, len);
+  if (h->forked()) {
+    cuplug_cuda::forked_error(h);
+    return cuplug_write_text(h->last_error, buf, len);
+  }
   cuplug_cuda::Guard guard(&h->lock);
   return cuplug_write_text(h->last_error, buf, len);
 }
 
+// The ping JSON, built in memory of the size it needs (never truncated), then
+// copied into (buf, len); returns the full length.
 CUPLUG_API int cuplug_backend_ping(cuplug_backend* h, char* buf, int len) {
   using namespace cuplug_cuda;
-  if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
-  Guard guard(&h->lock);
+  CUPLUG_ENTER(h);
   CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
   // Smoke launch: a missing kernel image for this GPU surfaces here.
   float* probe = nullptr;
@@ -476,143 +903,157 @@ CUPLUG_API int cuplug_backend_ping(cuplug_backend* h, char* buf, int len) {
   if (err == cudaSuccess) err = cudaStreamSynchronize(h->stream);
   cudaFree(probe);
   CUPLUG_TRY(err, "smoke launch");
+  if (!h->have_props) {
+    CUPLUG_TRY(cudaGetDeviceProperties(&h->props, h->device), "cudaGetDeviceProperties");
+    h->have_props = true;
+  }
   int driver = 0, runtime = 0;
-  cudaDriverGetVersion(&driver);
-  cudaRuntimeGetVersion(&runtime);
+  CUPLUG_TRY(cudaDriverGetVersion(&driver), "cudaDriverGetVersion");
+  CUPLUG_TRY(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion");
   size_t free_b = 0, total_b = 0;
   CUPLUG_TRY(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
-  int temp = read_temperature_c(h->device);
+  const int temp = read_temperature_c(h->device);
   char temp_s[16];
-  if (temp >= 0) snprintf(temp_s, sizeof temp_s, "%d", temp); else snprintf(temp_s, sizeof temp_s, "null");
-  char name[256];
-  size_t k = 0;
-  for (const char* c = h->props.name; *c && k + 1 < sizeof name; ++c)
-    if (*c != '"' && *c != '\\') name[k++] = *c;
-  name[k] = '\0';
-  char ops[1024], info[3072];
-  cuplug_ops_json(cuplug_ops, kOpCount, ops, sizeof ops);
-  snprintf(info, sizeof info,
-           "{\"backend\":\"%s\",\"variant\":\"%s\",\"abi\":%d,\"driver_version\":%d,"
-           "\"runtime_version\":%d,\"device\":{\"index\":%d,\"name\":\"%s\",\"capability\":\"%d.%d\","
-           "\"memory_free\":%zu,\"memory_total\":%zu,\"temperature_c\":%s,\"multiprocessors\":%d},"
-           "\"sass\":\"%s\",\"ptx\":\"%s\",\"ops\":%s}",
-           CUPLUG_BACKEND_NAME, CUPLUG_VARIANT, CUPLUG_BACKEND_ABI_VERSION, driver, runtime, h->device, name,
-           h->props.major, h->props.minor, free_b, total_b, temp_s, h->sm_count, CUPLUG_SASS_LIST, CUPLUG_PTX_LIST,
-           ops);
-  return cuplug_write_text(info, buf, len);
-}
+  if (temp >= 0)
+    snprintf(temp_s, sizeof temp_s, "%d", temp);
+  else
+    snprintf(temp_s, sizeof temp_s, "null");
+  char name[sizeof h->props.name + 1];
+  memcpy(name, h->props.name, sizeof h->props.name);
+  name[sizeof h->props.name] = '\0';
 
-CUPLUG_API int cuplug_backend_run(cuplug_backend* h, const char* op, const float* x, const float* y, float alpha,
-                                  float beta, float* out, long long n) {
-  using namespace cuplug_cuda;
-  if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
-  Guard guard(&h->lock);
-  int rc = CUPLUG_OK;
-  const cuplug_op* found = check_op(h, op, n, &rc);
-  if (found == nullptr) return rc;
-  bool two = found->inputs > 1;
-  if (!x || !out || (two && !y)) return h->fail(CUPLUG_E_INVALID_ARGUMENT, "%s: NULL input or output pointer", op);
-  CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
-  // Device layout: x | y | out, each rounded up to 256 bytes to keep float4 alignment.
-  size_t bytes = (size_t)n * sizeof(float), slot = (bytes + 255) & ~size_t(255);
-  if ((rc = ensure_host_arrays(h, 3 * slot))) return rc;
-  char* dx = h->host_arrays;
-  char* dy = h->host_arrays + slot;
-  char* dout = h->host_arrays + 2 * slot;
-  if (found->elementwise) {  // chunk by chunk, so uploads, kernels and downloads overlap
-    StageJob j = {};
-    j.nin = two ? 2 : 1;
-    j.in[0] = reinterpret_cast<const char*>(x), j.in[1] = reinterpret_cast<const char*>(y);
-    j.din[0] = dx, j.din[1] = dy;
-    j.op = found, j.alpha = alpha, j.beta = beta;
-    j.dres = dout, j.out = reinterpret_cast<char*>(out);
-    return stage(h, j, bytes);
+  const int ops_len = cuplug_ops_json(cuplug_ops, kOpCount, nullptr, 0);
+  char* ops = static_cast<char*>(malloc((size_t)ops_len + 1));
+  if (ops == nullptr) return h->fail(CUPLUG_E_OUT_OF_MEMORY, "ping: out of host memory for %d bytes of JSON", ops_len);
+  cuplug_ops_json(cuplug_ops, kOpCount, ops, (size_t)ops_len + 1);
+  cuplug_text t = {nullptr, 0, 0};
+  char* info = nullptr;
+  for (int pass = 0; pass < 2; ++pass) {  // pass 0 measures, pass 1 writes
+    t.used = 0;
+    cuplug_text_printf(&t, "{\"backend\":");
+    cuplug_text_json_string(&t, CUPLUG_BACKEND_NAME);
+    cuplug_text_printf(&t, ",\"variant\":");
+    cuplug_text_json_string(&t, CUPLUG_VARIANT);
+    cuplug_text_printf(&t, ",\"abi\":%d,\"driver_version\":%d,\"runtime_version\":%d,", CUPLUG_BACKEND_ABI_VERSION,
+                       driver, runtime);
+    cuplug_text_printf(&t, "\"device\":{\"type\":\"cuda\",\"index\":%d,\"name\":", h->device);
+    cuplug_text_json_string(&t, name);
+    cuplug_text_printf(&t,
+                       ",\"capability\":\"%d.%d\",\"memory_free\":%llu,\"memory_total\":%llu,\"temperature_c\":%s,"
+                       "\"multiprocessors\":%d},",
+                       h->props.major, h->props.minor, (unsigned long long)free_b, (unsigned long long)total_b,
+                       temp_s, h->sm_count);
+    cuplug_text_printf(&t, "\"stream\":%llu,\"sass\":", (unsigned long long)(uintptr_t)h->stream);
+    cuplug_text_json_string(&t, CUPLUG_SASS_LIST);
+    cuplug_text_printf(&t, ",\"ptx\":");
+    cuplug_text_json_string(&t, CUPLUG_PTX_LIST);
+    cuplug_text_printf(&t, ",\"ops\":%s}", ops);
+    if (pass == 0) {
+      info = static_cast<char*>(malloc(t.used + 1));
+      if (info == nullptr) break;
+      t.buf = info;
+      t.len = t.used + 1;
+    }
   }
-  // Otherwise the op needs whole arrays on the device before it starts.
-  if ((rc = upload_staged(h, dx, x, bytes))) return rc;
-  if (two && (rc = upload_staged(h, dy, y, bytes))) return rc;
-  if ((rc = run_op(h, found, reinterpret_cast<float*>(dx), two ? reinterpret_cast<float*>(dy) : nullptr, alpha, beta,
-                   reinterpret_cast<float*>(dout), n)))
-    return rc;
-  return download_staged(h, out, dout, found->out == CUPLUG_OUT_ONE ? sizeof(float) : bytes);
+  free(ops);
+  if (info == nullptr) return h->fail(CUPLUG_E_OUT_OF_MEMORY, "ping: out of host memory for the JSON");
+  const int need = cuplug_write_text(info, buf, len);
+  free(info);
+  return need;
 }
 
-CUPLUG_API long long cuplug_backend_alloc(cuplug_backend* h, long long n) {
-  if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
-  cuplug_cuda::Guard guard(&h->lock);
-  if (n <= 0 || n > CUPLUG_MAX_ELEMENTS)
-    return h->fail(CUPLUG_E_INVALID_ARGUMENT, "alloc: n must be in 1..%lld, got %lld", CUPLUG_MAX_ELEMENTS, n);
+CUPLUG_API int cuplug_backend_call(cuplug_backend* h, const char* op, const cuplug_tensor* in, int n_in,
+                                   cuplug_tensor* out, int n_out, const cuplug_attr* attrs, int n_attrs,
+                                   uint64_t stream) {
+  CUPLUG_ENTER(h);
+  return cuplug_cuda::call_locked(h, op, in, n_in, out, n_out, attrs, n_attrs, stream);
+}
+
+CUPLUG_API int cuplug_backend_stream_wait(cuplug_backend* h, uint64_t waiter, uint64_t signaler) {
+  CUPLUG_ENTER(h);
+  cudaStream_t w = waiter != 0 ? reinterpret_cast<cudaStream_t>((uintptr_t)waiter) : h->stream;
+  cudaStream_t s = signaler != 0 ? reinterpret_cast<cudaStream_t>((uintptr_t)signaler) : h->stream;
+  if (w == s) return CUPLUG_OK;  // a stream is always ordered after its own earlier work
+  CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
+  if (h->wait_event == nullptr)
+    CUPLUG_TRY(cudaEventCreateWithFlags(&h->wait_event, cudaEventDisableTiming), "stream_wait: cudaEventCreate");
+  // Reusing one event is safe: cudaStreamWaitEvent waits for the record made just before it.
+  CUPLUG_TRY(cudaEventRecord(h->wait_event, s), "stream_wait: cudaEventRecord on the signaling stream");
+  CUPLUG_TRY(cudaStreamWaitEvent(w, h->wait_event, 0), "stream_wait: cudaStreamWaitEvent on the waiting stream");
+  return CUPLUG_OK;
+}
+
+CUPLUG_API long long cuplug_backend_alloc(cuplug_backend* h, cuplug_dtype dtype, int ndim, const int64_t* shape) {
+  CUPLUG_ENTER(h);
+  const int itemsize = cuplug_dtype_size(dtype);
+  char dt[64];
+  if (itemsize == 0)
+    return h->fail(CUPLUG_E_INVALID_ARGUMENT, "alloc: dtype %s is not one cuplug supports",
+                   cuplug_dtype_text(dtype, dt, sizeof dt));
+  long long numel = 0, nbytes = 0;
+  int rc = cuplug_check_shape("alloc", ndim, shape, itemsize, &numel, &nbytes, h->last_error, sizeof h->last_error);
+  if (rc != CUPLUG_OK) return rc;
   CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
   void* p = nullptr;
-  cudaError_t err = cudaMalloc(&p, (size_t)n * sizeof(float));
+  // A 0-byte tensor still gets a unique, non-NULL pointer (the table wants one, and so do some consumers).
+  cudaError_t err = cudaMalloc(&p, nbytes > 0 ? (size_t)nbytes : 1);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    return h->fail(cuplug_cuda::status_of(err), "alloc of %lld floats (%lld bytes): %s (%s)", n,
-                   n * (long long)sizeof(float),
-                   err == cudaErrorMemoryAllocation ? "out of memory" : cudaGetErrorName(err), cudaGetErrorString(err));
+    char s[256];
+    return h->fail(cuplug_cuda::status_of(err), "alloc of %s %s (%lld bytes) on cuda:%d: %s (%s)",
+                   cuplug_dtype_name(dtype), cuplug_shape_text(ndim, shape, s, sizeof s), nbytes, h->device,
+                   err == cudaErrorMemoryAllocation ? "out of device memory" : cudaGetErrorName(err),
+                   cudaGetErrorString(err));
   }
-  long long id = cuplug_table_add(&h->buffers, p, n);
+  long long id = cuplug_table_add(&h->tensors, p, dtype, ndim, shape, numel, nbytes);
   if (id < 0) {
     cudaFree(p);
-    return h->fail((int)id, "alloc: buffer table full");
+    return h->fail((int)id, "alloc: resident tensor table full");
   }
   return id;
 }
 
-CUPLUG_API int cuplug_backend_upload(cuplug_backend* h, long long id, const float* host, long long n) {
-  if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
-  cuplug_cuda::Guard guard(&h->lock);
-  return cuplug_cuda::copy_buffer(h, id, const_cast<float*>(host), n, false);
+CUPLUG_API int cuplug_backend_upload(cuplug_backend* h, long long id, const void* host, long long nbytes) {
+  CUPLUG_ENTER(h);
+  return cuplug_cuda::copy_resident(h, id, const_cast<void*>(host), nbytes, false);
 }
 
-CUPLUG_API int cuplug_backend_download(cuplug_backend* h, long long id, float* host, long long n) {
-  if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
-  cuplug_cuda::Guard guard(&h->lock);
-  return cuplug_cuda::copy_buffer(h, id, host, n, true);
+CUPLUG_API int cuplug_backend_download(cuplug_backend* h, long long id, void* host, long long nbytes) {
+  CUPLUG_ENTER(h);
+  return cuplug_cuda::copy_resident(h, id, host, nbytes, true);
 }
 
-CUPLUG_API int cuplug_backend_run_resident(cuplug_backend* h, const char* op, long long in_id, long long in2_id,
-                                           long long out_id, float alpha, float beta, long long n) {
-  using namespace cuplug_cuda;
-  if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
-  Guard guard(&h->lock);
-  int rc = CUPLUG_OK;
-  const cuplug_op* found = check_op(h, op, n, &rc);
-  if (found == nullptr) return rc;
-  cuplug_buffer *x = nullptr, *y = nullptr, *out = nullptr;
-  x = buffer_for(h, in_id, n, "input", &rc);
-  if (!rc && found->inputs > 1) y = buffer_for(h, in2_id, n, "input2", &rc);
-  if (!rc) out = buffer_for(h, out_id, found->out == CUPLUG_OUT_ONE ? 1 : n, "output", &rc);
-  if (rc) return rc;
+CUPLUG_API int cuplug_backend_tensor(cuplug_backend* h, long long id, cuplug_tensor* out) {
+  CUPLUG_ENTER(h);
+  cuplug_resident* r = cuplug_cuda::resident(h, id, "tensor");
+  if (r == nullptr) return CUPLUG_E_BAD_BUFFER;
+  if (out == nullptr) return h->fail(CUPLUG_E_INVALID_ARGUMENT, "tensor: NULL descriptor pointer");
+  cuplug_resident_descriptor(r, CUPLUG_DEVICE_CUDA, h->device, out);
+  return CUPLUG_OK;
+}
+
+CUPLUG_API int cuplug_backend_free(cuplug_backend* h, long long id) {
+  CUPLUG_ENTER(h);
+  cuplug_resident* r = cuplug_cuda::resident(h, id, "free");
+  if (r == nullptr) return CUPLUG_E_BAD_BUFFER;
   CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
-  return run_op(h, found, (const float*)x->ptr, y ? (const float*)y->ptr : nullptr, alpha, beta, (float*)out->ptr, n);
+  CUPLUG_TRY(cudaStreamSynchronize(h->stream), "free: sync before free");  // queued work may still use it
+  CUPLUG_TRY(cudaFree(cuplug_table_remove(&h->tensors, r)), "free: cudaFree");
+  return CUPLUG_OK;
 }
 
 CUPLUG_API int cuplug_backend_sync(cuplug_backend* h) {
-  if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
-  cuplug_cuda::Guard guard(&h->lock);
+  CUPLUG_ENTER(h);
   CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
   CUPLUG_TRY(cudaStreamSynchronize(h->stream), "cudaStreamSynchronize");
   return CUPLUG_OK;
 }
 
-CUPLUG_API int cuplug_backend_free(cuplug_backend* h, long long id) {
-  if (h == nullptr) return CUPLUG_E_INVALID_ARGUMENT;
-  cuplug_cuda::Guard guard(&h->lock);
-  cuplug_buffer* b = cuplug_table_get(&h->buffers, id);
-  if (b == nullptr)
-    return h->fail(CUPLUG_E_BAD_BUFFER, "free: buffer id %lld is not a live buffer of this instance", id);
-  CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
-  CUPLUG_TRY(cudaStreamSynchronize(h->stream), "sync before free");  // work may still read it
-  cudaFree(b->ptr);
-  b->ptr = nullptr;
-  return CUPLUG_OK;
-}
-
 CUPLUG_API void cuplug_backend_destroy(cuplug_backend* h) {
   if (h == nullptr) return;
+  if (h->forked()) return;  // the child must not touch the parent's CUDA objects (nor a lock held at fork): leaked
   {
-    cuplug_cuda::Guard guard(&h->lock);
+    cuplug_cuda::Guard guard(&h->lock);  // a call still running on another thread finishes first
     cuplug_cuda::release(h);
   }
   pthread_mutex_destroy(&h->lock);

@@ -3,8 +3,11 @@
     nox -s build_backends    # pinned CUDA 12.4 + 13.0 toolchains (cached), every variant, manifests
     nox -s wheels            # scankit + scankit-cuda12 + scankit-cuda13, repaired and checked, in dist/
     nox -s tests             # installs scankit from dist/ and runs tests/ against it
+    nox -s variant_wheels    # wheels, plus PEP 825 variant wheels per architecture in dist/ (docs/variant-wheels.md)
 
 cuplug comes from PyPI, or from the directories in CUPLUG_FIND_LINKS (os.pathsep-separated).
+Build directories are kept (build/cuda12, build/cuda13, build/cpu): a second run with nothing
+changed compiles nothing, although nox recreates its venvs (and so reinstalls cuplug) each time.
 """
 
 from __future__ import annotations
@@ -57,7 +60,11 @@ def wheels(session: nox.Session) -> None:
     """The main wheel (Python + CPU twin) and one wheel per CUDA major, into dist/."""
     build_backends(session)
     shutil.rmtree(ROOT / "dist", ignore_errors=True)
-    session.run("python", "-m", "build", "--wheel", "--no-isolation", "--outdir", "build/raw", ".")
+    # A kept build directory (scikit-build-core's default is a new temporary one): the CPU twin,
+    # like the variants in build/<major>, is rebuilt only when its sources change.
+    session.run(
+        "python", "-m", "build", "--wheel", "--no-isolation", "-C", "build-dir=build/cpu", "--outdir", "build/raw", "."
+    )
     session.run(
         "python",
         "-m",
@@ -96,3 +103,30 @@ def tests(session: nox.Session) -> None:
     # `pytest`, not `python -m pytest`: that would put this directory (the source, without the
     # built CPU twin) first on sys.path instead of the installed package.
     session.run("pytest", "tests", "-q", "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session
+def variant_wheels(session: nox.Session) -> None:
+    """`wheels`, and from the same build directories one PEP 825 variant wheel per dedicated SASS variant
+    (+ PTX), a `null` one (PTX) and scankit_cudaNN-<version>-variants.json, all in dist/."""
+    wheels(session)
+    for major, name in sorted(EXTRAS.items()):
+        session.run(
+            "python",
+            "-m",
+            "cuplug.build",
+            "wheel",
+            "--build-dir",
+            f"build/{major}",
+            "--name",
+            name,
+            "--version",
+            PROJECT["version"],
+            "--requires",
+            f"scankit=={PROJECT['version']}",
+            "--summary",
+            f"scankit's CUDA {major[4:]} variants",
+            "--out",
+            "dist",
+            "--variants",
+        )

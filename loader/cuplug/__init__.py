@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .api import Backend, Buffer
+from .api import Backend, Buffer, Tensor
 from .errors import (
     ArtifactError,
     BackendClosedError,
@@ -36,6 +36,7 @@ __all__ = [
     "CuplugError",
     "InvalidInputError",
     "OutOfMemoryError",
+    "Tensor",
     "Trace",
     "UnknownOpError",
     "__version__",

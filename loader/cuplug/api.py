@@ -1,8 +1,22 @@
-"""The Python face of a loaded backend: ``Backend`` and resident ``Buffer``.
+"""The Python face of a loaded backend: ``Backend`` and its resident ``Tensor`` (alias ``Buffer``).
 
-It knows only the C ABI (through ``abi.BackendLibrary``), never CUDA. Operands
-are any C-contiguous float32 buffer (NumPy arrays, ``array.array('f')``,
-memoryviews); NumPy is used only if the caller already imported it.
+It knows only the C ABI v2 (``abi.BackendLibrary``), never CUDA. Operands are read
+without a copy: cuplug Tensors, anything with ``__dlpack__`` (PyTorch, CuPy, JAX,
+NumPy), ``__cuda_array_interface__`` (CuPy, Numba) or the buffer protocol
+(NumPy, ``array.array``, memoryview). Every call is checked against the op's
+signature (``Backend.ops``) before it reaches C, and outputs are allocated from it.
+
+Streams: ``stream=None`` runs on the instance's stream, ordered after the
+producer's work by the DLPack handshake (``x.__dlpack__(stream=ours)``), and the
+producer framework's current stream (PyTorch, CuPy) then waits for ours, so the
+caller goes on without a synchronize. A given ``stream`` (an integer handle,
+``torch.cuda.Stream``, a CuPy stream, anything with ``__cuda_stream__``) is used
+as it is: the producers are ordered before it by the same handshake, and what
+follows on it is ordered by CUDA itself.
+
+Lifetimes: a Tensor's memory lives while the Tensor object or a DLPack consumer
+of it does, even after ``Backend.close()``; the instance is destroyed when the
+Backend is closed (or unreachable) and its last exported tensor has gone.
 """
 
 from __future__ import annotations
@@ -11,12 +25,13 @@ import array
 import ctypes
 import json
 import os
+import struct
 import sys
 import threading
 import weakref
 from typing import Any
 
-from . import abi
+from . import abi, dlpack, dtypes, signature
 from .errors import (
     BackendClosedError,
     BackendError,
@@ -26,72 +41,240 @@ from .errors import (
     UnknownOpError,
 )
 
-# op -> (number of array operands, result is one element): what a backend's ping JSON
-# declares under "ops" (cuplug_ops.h); this is the reference backend's table, used
-# only for a backend built before ops were declared.
-VECTOR_OPS = {"add": (2, False), "scale_add": (1, False), "sum": (1, True)}
+_CUDA_LEGACY_STREAM = 1  # cudaStreamLegacy: what a framework's "stream 0" means to the C side (0 = instance)
 
 
-def _ops_of(info: dict[str, Any]) -> dict[str, tuple[int, bool]]:
-    declared = info.get("ops")
-    if not isinstance(declared, dict):
-        return dict(VECTOR_OPS)
-    return {name: (int(spec.get("inputs", 1)), spec.get("out") == "1") for name, spec in declared.items()}
+def _c_stream(handle: int) -> int:
+    return _CUDA_LEGACY_STREAM if handle == 0 else handle
 
 
-_FLOAT_FORMATS = {"f", "<f", "=f", "@f"}
+def stream_handle(stream: Any) -> int:
+    """The cudaStream_t behind ``stream`` as an integer (0 = the legacy default stream)."""
+    if isinstance(stream, bool):
+        raise InvalidInputError(f"stream must be a CUDA stream or its handle, got {stream!r}")
+    if isinstance(stream, int):
+        if stream < 0:
+            raise InvalidInputError(f"stream handle must be >= 0, got {stream}")
+        return stream
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        version, handle = proto() if callable(proto) else proto
+        return int(handle)
+    for attr in ("cuda_stream", "ptr", "handle"):  # torch.cuda.Stream, cupy.cuda.Stream, cuda.core Stream
+        value = getattr(stream, attr, None)
+        if isinstance(value, int):
+            return value
+    raise InvalidInputError(
+        f"stream: expected an int handle, a torch.cuda.Stream, a CuPy stream or an object with __cuda_stream__, "
+        f"got {type(stream).__name__}"
+    )
 
-# A CUDA context does not survive fork(): in the child, every CUDA backend of the
-# parent is marked so that its use is a clear error instead of a hang, and its
-# lock is replaced (another parent thread may have held it at the fork).
-_cuda_backends: weakref.WeakSet[Backend] = weakref.WeakSet()
+
+def _framework_stream(obj: Any, device: int) -> int | None:
+    """The current stream of the framework that made ``obj`` (PyTorch, CuPy), or None."""
+    root = type(obj).__module__.partition(".")[0]
+    mod = sys.modules.get(root)
+    try:
+        if root == "torch" and mod is not None:
+            return int(mod.cuda.current_stream(device).cuda_stream)
+        if root == "cupy" and mod is not None:
+            return int(mod.cuda.get_current_stream().ptr)
+    except Exception:  # a framework that cannot say: the caller orders by hand (documented)
+        return None
+    return None
 
 
-def _mark_forked() -> None:
-    for backend in list(_cuda_backends):
-        backend._forked_from = backend._pid
-        backend._lock = threading.Lock()
+# ---- the instance behind a Backend and its tensors
+
+
+class _Core:
+    """The C handle, its lock and its live tensors; destroyed when closed and no tensor is left."""
+
+    __slots__ = ("lib", "handle", "lock", "closed", "live", "cuda", "pid", "forked_from", "device", "stream", "__weakref__")
+
+    def __init__(self, lib: abi.BackendLibrary, handle: int, cuda: str | None, device: int, stream: int) -> None:
+        self.lib = lib
+        self.handle: int | None = handle
+        self.lock = threading.RLock()  # RLock: a finalizer may run inside a locked section of this thread
+        self.closed = False
+        self.live: dict[int, weakref.ref[Tensor]] = {}
+        self.cuda = cuda
+        self.pid = os.getpid()
+        self.forked_from: int | None = None
+        self.device = device
+        self.stream = stream
+
+    def usable(self) -> bool:
+        return self.handle is not None and self.forked_from is None
+
+    def release(self, buffer_id: int) -> None:
+        """A tensor has gone (its last holder let go): free it, and the instance if it was the last."""
+        with self.lock:
+            self.live.pop(buffer_id, None)
+            if self.usable():
+                self.lib.free(self.handle, buffer_id)
+            self._destroy_if_done()
+
+    def close(self) -> None:
+        """No new work; free every tensor never exported; destroy once the exported ones have gone."""
+        with self.lock:
+            self.closed = True
+            for buffer_id, ref in list(self.live.items()):
+                t = ref()
+                if t is None or not t._exported:
+                    if t is not None:
+                        t._dead = "closed"
+                        if t._finalizer is not None:
+                            t._finalizer.detach()
+                    self.live.pop(buffer_id, None)
+                    if self.usable():
+                        self.lib.free(self.handle, buffer_id)
+            self._destroy_if_done()
+
+    def _destroy_if_done(self) -> None:
+        if self.closed and not self.live and self.handle is not None:
+            handle, self.handle = self.handle, None
+            if self.forked_from is None:  # in a forked child the context is not ours to destroy
+                self.lib.destroy(handle)
+
+
+_cores: weakref.WeakSet[_Core] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # A CUDA context does not survive fork(): the child's CUDA instances refuse work with a clear
+    # error; every lock is new, since another parent thread may have held it at the fork.
+    for core in list(_cores):
+        core.lock = threading.RLock()
+        if core.cuda is not None:
+            core.forked_from = core.pid
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_mark_forked)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class _Operand:
-    """A host array pinned for the duration of one call: pointer + element count."""
-
-    def __init__(self, obj: Any, name: str, writable: bool = False) -> None:
-        try:
-            view = memoryview(obj)
-        except TypeError as exc:
-            raise InvalidInputError(f"{name}: expected a float32 buffer, got {type(obj).__name__}") from exc
-        if view.format not in _FLOAT_FORMATS or view.itemsize != 4:
-            raise InvalidInputError(f"{name}: expected float32 elements, got format {view.format!r}")
-        if not view.c_contiguous:
-            raise InvalidInputError(f"{name}: array is not C-contiguous; pass a contiguous copy")
-        self.n = view.nbytes // 4
-        if self.n == 0:
-            raise InvalidInputError(f"{name}: array is empty (n = 0)")
-        self.view = view.cast("B")
-        if view.readonly:
-            if writable:
-                raise InvalidInputError(f"{name}: output array is read-only")
-            self._keep: Any = ctypes.create_string_buffer(bytes(self.view), view.nbytes)
-        else:
-            self._keep = (ctypes.c_char * view.nbytes).from_buffer(self.view)
-        self.ptr = ctypes.addressof(self._keep)
-
-    def release(self) -> None:
-        self._keep = None
-        self.view.release()
+def _no_copy(self: Any, *args: Any) -> Any:
+    raise TypeError(
+        f"a cuplug {type(self).__name__} owns a live backend instance and cannot be copied or pickled; "
+        "load another with cuplug.load()"
+    )
 
 
-def _new_like(template: Any, n: int) -> Any:
-    """An output array of the caller's kind: NumPy if the input was NumPy."""
-    np = sys.modules.get("numpy")
-    if np is not None and isinstance(template, np.ndarray):
-        return np.empty(template.shape if template.size == n else (n,), dtype=np.float32)
-    return array.array("f", bytes(4 * n))
+# ---- operands
+
+
+class _Arg:
+    """One tensor argument as C sees it (``ct``), with what keeps its memory valid during the call."""
+
+    __slots__ = ("ct", "keep", "dtype", "shape", "host", "obj", "stream")
+
+    def __init__(self, ct: abi.CTensor, keep: Any, dt: dtypes.DType, shape: tuple[int, ...], host: bool, obj: Any):
+        self.ct = ct
+        self.keep = keep
+        self.dtype = dt
+        self.shape = shape
+        self.host = host
+        self.obj = obj
+        self.stream: int | None = None  # a producer stream that the launch must wait for (CAI v3)
+
+
+def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> bool:
+    if strides is None:
+        return True
+    expect = 1
+    for extent, stride in zip(reversed(shape), reversed(strides)):
+        if extent != 1 and stride != expect:
+            return False
+        expect *= extent
+    return True
+
+
+def _not_contiguous(name: str) -> InvalidInputError:
+    return InvalidInputError(
+        f"{name} is not C-contiguous; pass a contiguous copy (x.contiguous() in PyTorch, np.ascontiguousarray(x))"
+    )
+
+
+def _ctensor(data: int, device: tuple[int, int], dt: dtypes.DType, shape: tuple[int, ...]) -> tuple[abi.CTensor, Any]:
+    shape_array = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+    ct = abi.CTensor()
+    ct.data, ct.device_type, ct.device_id, ct.ndim = data, device[0], device[1], len(shape)
+    ct.dtype = abi.CDtype(dt.code, dt.bits, 1)
+    ct.shape = ctypes.cast(shape_array, ctypes.POINTER(ctypes.c_int64))
+    ct.strides = None
+    ct.byte_offset = 0
+    return ct, shape_array
+
+
+def _from_memoryview(obj: Any, name: str, writable: bool) -> _Arg:
+    view = memoryview(obj)
+    dt = dtypes.BY_FORMAT.get(view.format)
+    if dt is None or dt.itemsize != view.itemsize:
+        raise InvalidInputError(f"{name}: buffer format {view.format!r} is not a dtype cuplug knows")
+    if not view.c_contiguous:
+        raise _not_contiguous(name)
+    shape = tuple(view.shape) if view.ndim else ()
+    if view.readonly and writable:
+        raise InvalidInputError(f"{name}: output array is read-only")
+    if view.nbytes == 0:
+        keep: Any = view
+        ptr = 0
+    elif not view.readonly:
+        keep = (ctypes.c_char * view.nbytes).from_buffer(view.cast("B"))
+        ptr = ctypes.addressof(keep)
+    else:
+        iface = getattr(obj, "__array_interface__", None)  # NumPy: its pointer, read-only or not
+        if isinstance(iface, dict) and iface.get("strides") is None:
+            keep, ptr = (view, obj), int(iface["data"][0])
+        else:  # another read-only exporter: a copy, the only way through ctypes
+            keep = ctypes.create_string_buffer(view.tobytes(), view.nbytes)
+            ptr = ctypes.addressof(keep)
+    ct, shape_array = _ctensor(ptr, (dtypes.DEVICE_CPU, 0), dt, shape)
+    return _Arg(ct, (keep, shape_array), dt, shape, True, obj)
+
+
+def _from_dlpack_capsule(obj: Any, capsule: Any, name: str, writable: bool) -> _Arg:
+    imported = dlpack.Imported(capsule)
+    t = imported.tensor
+    if writable and imported.read_only:
+        raise InvalidInputError(f"{name}: the producer marks this tensor read-only")
+    dt = dtypes.BY_DLPACK.get((t.dtype.code, t.dtype.bits))
+    if dt is None or t.dtype.lanes != 1:
+        raise InvalidInputError(
+            f"{name}: DLPack dtype (code {t.dtype.code}, {t.dtype.bits} bits, {t.dtype.lanes} lanes) is not a dtype "
+            f"cuplug knows ({', '.join(dtypes.BY_NAME)})"
+        )
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    strides = tuple(t.strides[i] for i in range(t.ndim)) if t.strides else None
+    if not _c_contiguous(shape, strides):
+        raise _not_contiguous(name)
+    ct = abi.CTensor.from_buffer_copy(t)
+    ct.strides = None  # checked contiguous above
+    host = t.device_type in dtypes.HOST_DEVICES
+    return _Arg(ct, imported, dt, shape, host, obj)
+
+
+def _from_cai(obj: Any, name: str, writable: bool, device: int) -> _Arg:
+    cai = obj.__cuda_array_interface__
+    dt = dtypes.BY_TYPESTR.get(cai.get("typestr", ""))
+    if dt is None:
+        raise InvalidInputError(f"{name}: __cuda_array_interface__ typestr {cai.get('typestr')!r} is not supported")
+    if cai.get("mask") is not None:
+        raise InvalidInputError(f"{name}: masked arrays are not supported")
+    ptr, read_only = cai["data"]
+    if writable and read_only:
+        raise InvalidInputError(f"{name}: the producer marks this array read-only")
+    shape = tuple(int(s) for s in cai["shape"])
+    strides = cai.get("strides")
+    if strides is not None and not _c_contiguous(shape, tuple(int(s) // dt.itemsize for s in strides)):
+        raise _not_contiguous(name)
+    # CAI names no device: the backend checks the pointer's device and context before any launch.
+    ct, shape_array = _ctensor(int(ptr or 0), (dtypes.DEVICE_CUDA, device), dt, shape)
+    arg = _Arg(ct, (shape_array, obj), dt, shape, False, obj)
+    if cai.get("stream") is not None:
+        arg.stream = int(cai["stream"])
+    return arg
 
 
 class Backend:
@@ -100,76 +283,82 @@ class Backend:
     def __init__(
         self, library: abi.BackendLibrary, handle: int, info: dict[str, Any], cuda: str | None = None, trace: Any = None
     ) -> None:
-        self._lib = library
-        self._handle: int | None = handle
-        self._lock = threading.Lock()
         self._info = info
         self.variant: str = info.get("variant", "unknown")
-        self.ops = _ops_of(info)  # op -> (operand count, returns one element)
+        self.name: str = str(info.get("backend", ""))
+        self.ops = signature.parse(info.get("ops", {}))
         self.cuda = cuda
         self.trace = trace
         self.path = library.path
-        self._pid = os.getpid()
-        self._forked_from: int | None = None
-        if cuda is not None:
-            _cuda_backends.add(self)
+        device = info.get("device") or {}
+        self.device_type = dtypes.DEVICE_CUDA if device.get("type", "cuda" if cuda else "cpu") == "cuda" else 1
+        self.device_index = int(device.get("index") or 0)
+        self._core = _Core(library, handle, cuda, self.device_index, int(info.get("stream") or 0))
+        _cores.add(self._core)
+        self._finalizer = weakref.finalize(self, _Core.close, self._core)
+        self._finalizer.atexit = False  # at exit the process ends; the driver frees the context
+
+    __copy__ = __deepcopy__ = __reduce_ex__ = __reduce__ = _no_copy
 
     # ---- lifecycle
     def close(self) -> None:
-        """Destroys the instance and frees its buffers. Closing twice is an error."""
-        with self._lock:
-            if self._handle is None:
+        """Closes the instance: no new work; its tensors are freed, except exported ones (freed when their
+        consumer lets go). Closing twice is an error."""
+        core = self._core
+        with core.lock:
+            if core.closed:
                 raise BackendClosedError("Backend.close(): this backend is already closed")
-            handle, self._handle = self._handle, None
-            if self._forked_from is None:  # in a forked child the context is not ours to destroy
-                self._lib.destroy(handle)
+            self._finalizer.detach()
+            core.close()
 
     @property
     def closed(self) -> bool:
-        return self._handle is None
+        return self._core.closed
 
     def __enter__(self) -> Backend:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._handle is not None:
+        if not self._core.closed:
             self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
-        return f"<cuplug.Backend {self._info.get('backend')}/{self.variant} {state}>"
+        return f"<cuplug.Backend {self.name}/{self.variant} {state}>"
 
     def _live_handle(self) -> int:
-        if self._handle is None:
+        core = self._core
+        if core.closed or core.handle is None:
             raise BackendClosedError("this backend is closed; call cuplug.load() for a new one")
-        if self._forked_from is not None:
+        if core.forked_from is not None:
             raise BackendError(
-                f"this {self.cuda} backend was created in process {self._forked_from}; a CUDA "
+                f"this {self.cuda} backend was created in process {core.forked_from}; a CUDA "
                 "context does not survive fork(): load in the child after the fork, or start "
                 "workers with the 'spawn' method",
                 abi.E_DEVICE,
             )
-        return self._handle
+        return core.handle
 
     def _check(self, rc: int, what: str) -> None:
         if rc >= 0:
             return
-        msg = f"{what}: {self._lib.last_error(self._live_handle()) or 'error ' + str(rc)}"
+        text = self._core.lib.last_error(self._core.handle) or f"error {rc}"
+        msg = text if text.startswith(f"{what}:") else f"{what}: {text}"
         if rc == abi.E_BAD_BUFFER:
             raise BufferError_(msg, rc)
         if rc == abi.E_OUT_OF_MEMORY:
             raise OutOfMemoryError(msg, rc)
         if rc == abi.E_UNKNOWN_OP:
             raise UnknownOpError(msg)
-        if rc in (abi.E_INVALID_ARGUMENT, abi.E_BUFFER_TOO_SMALL):
+        if rc in (abi.E_INVALID_ARGUMENT, abi.E_BUFFER_TOO_SMALL, abi.E_WRONG_DEVICE):
             raise InvalidInputError(msg)
         raise BackendError(msg, rc)
 
     # ---- facts
     def info(self) -> dict[str, Any]:
-        """A fresh ping: backend, variant, versions, device, memory, temperature, targets."""
-        with self._lock:
-            rc, text = self._lib.ping(self._live_handle())
+        """A fresh ping: backend, variant, versions, device, memory, temperature, targets, op signatures."""
+        with self._core.lock:
+            rc, text = self._core.lib.ping(self._live_handle())
             if rc < 0:
                 raise BackendError(f"ping: {text}", rc)
         info: dict[str, Any] = json.loads(text)
@@ -178,133 +367,409 @@ class Backend:
                 info[key] = [t for t in info[key].split(",") if t]
         return info
 
+    @property
+    def stream(self) -> int:
+        """The instance stream's handle (0 on the CPU)."""
+        return self._core.stream
+
+    # ---- operands
+    def _arg(self, obj: Any, name: str, writable: bool, handshake: int | None) -> _Arg:
+        if isinstance(obj, Tensor):
+            return obj._arg(self, name)
+        dev = getattr(obj, "__dlpack_device__", None)
+        if dev is not None and hasattr(obj, "__dlpack__"):
+            dev_type, dev_id = dev()
+            if int(dev_type) in dtypes.HOST_DEVICES:
+                try:  # the buffer protocol where the host array has it: no capsule, read-only arrays too
+                    view = memoryview(obj)
+                except TypeError:
+                    view = None
+                if view is not None and view.format in dtypes.BY_FORMAT:
+                    return _from_memoryview(obj, name, writable)
+                return _from_dlpack_capsule(obj, obj.__dlpack__(), name, writable)
+            if int(dev_type) != dtypes.DEVICE_CUDA:
+                raise InvalidInputError(f"{name}: DLPack device type {int(dev_type)} is neither the host nor CUDA")
+            if self.device_type != dtypes.DEVICE_CUDA:
+                raise self._cuda_on_cpu(name, int(dev_id))
+            if int(dev_id) != self.device_index:
+                raise InvalidInputError(
+                    f"{name} is on cuda:{int(dev_id)}, this backend on cuda:{self.device_index}: move it "
+                    f"(x.to('cuda:{self.device_index}')) or load a backend for that device (cuplug.load(device={int(dev_id)}))"
+                )
+            try:
+                capsule = obj.__dlpack__(stream=_c_stream(handshake or 0))
+            except TypeError:  # a producer from before the stream keyword
+                capsule = obj.__dlpack__()
+            return _from_dlpack_capsule(obj, capsule, name, writable)
+        if hasattr(obj, "__cuda_array_interface__"):
+            if self.device_type != dtypes.DEVICE_CUDA:
+                raise self._cuda_on_cpu(name, None)
+            return _from_cai(obj, name, writable, self.device_index)
+        try:
+            return _from_memoryview(obj, name, writable)
+        except TypeError:
+            raise InvalidInputError(
+                f"{name}: expected an array (the buffer protocol, __dlpack__ or __cuda_array_interface__), "
+                f"got {type(obj).__name__}"
+            ) from None
+
+    def _cuda_on_cpu(self, name: str, dev_id: int | None) -> InvalidInputError:
+        where = f"cuda:{dev_id}" if dev_id is not None else "a CUDA device"
+        why = ""
+        code = getattr(self.trace, "decision_code", None)
+        if code == "forced":
+            why = " (forced by CUPLUG_BACKEND)"
+        elif code:
+            why = f" (CUDA could not serve: {code}: {self.trace.decision_reason})"
+        return InvalidInputError(
+            f"{name} is on {where}, but this is the CPU backend{why}: pass a host array (x.cpu()) or fix the CUDA "
+            "install (`cuplug doctor` says why)"
+        )
+
     # ---- work
-    def run(self, op: str, *operands: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0) -> Any:
+    def run(self, op: str, *inputs: Any, out: Any = None, stream: Any = None, **attrs: Any) -> Any:
         """``run("add", x, y)``, ``run("scale_add", x, alpha=2, beta=1)``, ``run("sum", x)``.
 
-        Host arrays give a host result (same kind as ``x``; a float for ``sum``).
-        ``Buffer`` operands run resident and give a ``Buffer`` (a float for ``sum``).
+        Host inputs give host results of the caller's kind (NumPy for NumPy, PyTorch for PyTorch CPU
+        tensors, ``array.array`` otherwise); a scalar result of host or resident inputs is a Python number.
+        Device inputs (PyTorch, CuPy, JAX CUDA arrays, cuplug Tensors) give backend-owned Tensors, which
+        export ``__dlpack__`` and ``__cuda_array_interface__``. ``out=`` (one array, or a tuple for several
+        outputs) writes into the caller's arrays and returns them. Several outputs come back as a tuple.
         """
-        if op not in self.ops:
-            raise UnknownOpError(
-                f"unknown op {op!r}; this {self._info.get('backend', '')} backend has {', '.join(self.ops)}"
+        sig = self.ops.get(op)
+        if sig is None:
+            listed = ", ".join(self.ops) or "none"
+            raise UnknownOpError(f"unknown op {op!r}; this {self.name} backend has {listed}")
+        handle = self._live_handle()
+        launch = stream_handle(stream) if stream is not None else None  # None: the instance's stream
+        handshake = launch if launch is not None else self._core.stream
+        args = [self._arg(x, f"{op}: {sig.inputs[i].name if i < len(sig.inputs) else i}", False, handshake)
+                for i, x in enumerate(inputs)]
+        specs = [(a.dtype, a.shape) for a in args]
+        attr_values = sig.attr_values(attrs)
+        sig.check_inputs(specs, attr_values)
+        out_specs = sig.output_specs(specs, attr_values)
+        host = all(a.host for a in args) if args else True
+        if args and any(a.host for a in args) != host:
+            raise InvalidInputError(
+                f"{op}: a mix of host and device inputs; move them to one side (x.cuda() / x.cpu()) first"
             )
-        count, scalar = self.ops[op]
-        if len(operands) != count:
-            raise InvalidInputError(f"{op} takes {count} array operand(s), got {len(operands)}")
-        if any(isinstance(o, Buffer) for o in operands):
-            return self._run_resident(op, operands, out, alpha, beta, scalar)
-        inputs = [_Operand(o, f"operand {i}") for i, o in enumerate(operands)]
-        try:
-            n = inputs[0].n
-            for extra in inputs[1:]:
-                if extra.n != n:
-                    raise InvalidInputError(f"{op}: operand lengths differ ({n} vs {extra.n})")
-            result = array.array("f", [0.0]) if scalar else (out if out is not None else _new_like(operands[0], n))
-            dst = _Operand(result, "out", writable=True)
-            try:
-                if not scalar and dst.n != n:
-                    raise InvalidInputError(f"{op}: out has {dst.n} elements, inputs have {n}")
-                y = inputs[1].ptr if len(inputs) > 1 else None
-                with self._lock:
-                    rc = self._lib.run(
-                        self._live_handle(), op.encode(), inputs[0].ptr, y, float(alpha), float(beta), dst.ptr, n
+        resident = bool(args) and all(isinstance(x, Tensor) for x in inputs)
+        owned: list[Tensor] = []
+        if out is not None:
+            outs_given = list(out) if isinstance(out, (tuple, list)) else [out]
+            if len(outs_given) != len(sig.outputs):
+                raise InvalidInputError(f"{op} has {len(sig.outputs)} output(s), out= gave {len(outs_given)}")
+            results = outs_given
+            out_args = [self._arg(o, f"{op}: out {sig.outputs[i].name}", True, handshake) for i, o in enumerate(results)]
+            for i, (a, (dt, shape)) in enumerate(zip(out_args, out_specs)):
+                if a.dtype is not dt or a.shape != shape:
+                    raise InvalidInputError(
+                        f"{op}: out has {_numel(a.shape)} elements ({a.dtype.name}{list(a.shape)}); "
+                        f"{sig.outputs[i].name} must be {dt.name}{list(shape)}"
                     )
-                    self._check(rc, op)
-            finally:
-                dst.release()
-        finally:
-            for operand in inputs:
-                operand.release()
-        return float(result[0]) if scalar else result
-
-    def _run_resident(
-        self, op: str, operands: tuple[Any, ...], out: Any, alpha: float, beta: float, scalar: bool
-    ) -> Any:
-        if not all(isinstance(o, Buffer) and o.backend is self for o in operands):
-            raise InvalidInputError(f"{op}: mix of host arrays and buffers, or buffers of another backend")
-        n = operands[0].n
-        if any(o.n != n for o in operands):
-            raise InvalidInputError(f"{op}: buffer lengths differ")
-        target = out if out is not None else self.empty(1 if scalar else n)
-        target._template = target._template if out is not None else operands[0]._template
-        in2 = operands[1].id if len(operands) > 1 else 0
-        with self._lock:
-            rc = self._lib.run_resident(
-                self._live_handle(), op.encode(), operands[0].id, in2, target.id, float(alpha), float(beta), n
-            )
-            self._check(rc, op)
-        if scalar:
-            value = target.to_host()[0]
-            if out is None:
-                target.free()
-            return float(value)
-        return target
-
-    # ---- resident buffers
-    def empty(self, n: int) -> Buffer:
-        """A resident buffer of n float32 elements (contents undefined)."""
-        if not isinstance(n, int) or n <= 0:
-            raise InvalidInputError(f"buffer length must be a positive int, got {n!r}")
-        with self._lock:
-            rc = self._lib.alloc(self._live_handle(), n)
-            self._check(rc, "alloc")
-        return Buffer(self, int(rc), n)
-
-    def buffer(self, x: Any) -> Buffer:
-        """Copies a host float32 array into a new resident buffer."""
-        src = _Operand(x, "buffer source")
+                if a.host != host:
+                    raise InvalidInputError(f"{op}: out {sig.outputs[i].name} must be on the same side as the inputs")
+        elif host and not resident:
+            results = [_new_host(inputs[0] if inputs else None, dt, shape) for dt, shape in out_specs]
+            # array.array holds a flat copy of any shape: the descriptor carries the op's shape.
+            out_args = [_reshaped(self._arg(r, f"{op}: out", True, None), shape) for r, (_, shape) in zip(results, out_specs)]
+        else:
+            owned = [self.empty(shape, dt) for dt, shape in out_specs]
+            results = list(owned)
+            out_args = [t._arg(self, f"{op}: out") for t in owned]
+        c_in = (abi.CTensor * max(len(args), 1))(*(a.ct for a in args))
+        c_out = (abi.CTensor * max(len(out_args), 1))(*(a.ct for a in out_args))
+        c_attrs = (abi.CAttr * max(len(attr_values), 1))()
+        names = [name.encode() for name, _, _ in attr_values]
+        for i, (name, kind, value) in enumerate(attr_values):
+            c_attrs[i].name = names[i]
+            if kind == "int64":
+                c_attrs[i].kind, c_attrs[i].value.i = abi.ATTR_INT64, int(value)
+            else:
+                c_attrs[i].kind, c_attrs[i].value.f = abi.ATTR_FLOAT64, float(value)
+        c_launch = _c_stream(launch) if launch is not None else 0
+        core = self._core
         try:
-            buf = self.empty(src.n)
-            buf._template = x
-            buf.upload(x)
+            with core.lock:
+                handle = self._live_handle()
+                for a in (*args, *out_args):  # CAI v3 producers name a stream to wait for
+                    if a.stream is not None and a.stream != (launch if launch is not None else core.stream):
+                        self._check(core.lib.stream_wait(handle, c_launch, _c_stream(a.stream)), f"{op}: stream order")
+                rc = core.lib.call(
+                    handle, op.encode(), c_in, len(args), c_out, len(out_args), c_attrs, len(attr_values), c_launch
+                )
+                self._check(rc, op)
+                if not host and launch is None:
+                    self._order_frameworks_after(handle, [*inputs, *(results if out is not None else ())])
+        except BaseException:
+            for t in owned:  # a failed call frees what it allocated
+                t.free()
+            raise
         finally:
-            src.release()
-        return buf
+            del args, out_args
+        produced = launch if launch is not None else core.stream
+        template = getattr(inputs[0], "_template", None) if inputs else None
+        for t in owned:
+            t._stream = produced
+            t._template = template
+        if (host or resident) and out is None:
+            results = [_scalar(r) if o.shape_rule.get("scalar") else r for r, o in zip(results, sig.outputs)]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def _order_frameworks_after(self, handle: int, objs: list[Any]) -> None:
+        """The producers' current streams wait for the instance's: what they run next sees our results,
+        and memory they free and reuse is not reused before our work has read it."""
+        waiters = {s for s in (_framework_stream(o, self.device_index) for o in objs) if s is not None}
+        for s in waiters:
+            self._check(self._core.lib.stream_wait(handle, _c_stream(s), 0), "stream order")
+
+    # ---- resident tensors
+    def empty(self, shape: int | tuple[int, ...] | list[int], dtype: Any = "float32") -> Tensor:
+        """A resident tensor (device memory on CUDA) of ``shape`` and ``dtype``; contents undefined."""
+        dims = (shape,) if isinstance(shape, int) and not isinstance(shape, bool) else tuple(shape)
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims):
+            raise InvalidInputError(f"shape must be non-negative ints, got {shape!r}")
+        if isinstance(shape, int) and shape <= 0:
+            raise InvalidInputError(f"buffer length must be a positive int, got {shape!r}")
+        try:
+            dt = dtypes.from_name(dtype)
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from None
+        c_shape = (ctypes.c_int64 * max(len(dims), 1))(*dims)
+        core = self._core
+        with core.lock:
+            rc = core.lib.alloc(self._live_handle(), abi.CDtype(dt.code, dt.bits, 1), len(dims), c_shape)
+            self._check(rc, "alloc")
+            t = Tensor(self, int(rc), dims, dt)
+            t._own()
+        return t
+
+    def buffer(self, x: Any) -> Tensor:
+        """Copies a host array into a new resident tensor of the same dtype and shape."""
+        src = self._arg(x, "buffer source", False, None)
+        if not src.host:
+            raise InvalidInputError("buffer(): the source must be a host array; device arrays are used in place")
+        t = self.empty(src.shape if src.shape else (), src.dtype)
+        t._template = x
+        t._upload_arg(src)
+        return t
 
     def sync(self) -> None:
-        with self._lock:
-            self._check(self._lib.sync(self._live_handle()), "sync")
+        """Waits for the work queued on the instance's stream."""
+        with self._core.lock:
+            self._check(self._core.lib.sync(self._live_handle()), "sync")
 
 
-class Buffer:
-    """Backend-owned float32 storage (device memory on CUDA). Free it, or let close() do it."""
+def _reshaped(arg: _Arg, shape: tuple[int, ...]) -> _Arg:
+    if arg.shape != shape and _numel(arg.shape) == _numel(shape):
+        shape_array = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+        arg.ct.ndim, arg.ct.shape = len(shape), ctypes.cast(shape_array, ctypes.POINTER(ctypes.c_int64))
+        arg.keep, arg.shape = (arg.keep, shape_array), shape
+    return arg
 
-    def __init__(self, backend: Backend, buffer_id: int, n: int) -> None:
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _new_host(template: Any, dt: dtypes.DType, shape: tuple[int, ...]) -> Any:
+    """A host output of the caller's kind: NumPy for NumPy, PyTorch for PyTorch, else ``array.array``."""
+    root = type(template).__module__.partition(".")[0] if template is not None else ""
+    np = sys.modules.get("numpy")
+    if root == "torch" and "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        return torch.empty(shape, dtype=getattr(torch, dt.name))
+    if np is not None and (root == "numpy" or not dt.array_code):
+        if dt.name == "bfloat16":
+            tdt = getattr(template, "dtype", None)
+            if getattr(tdt, "name", "") != "bfloat16":
+                raise InvalidInputError("a bfloat16 host result needs a bfloat16 NumPy input (ml_dtypes) or out=")
+            return np.empty(shape, dtype=tdt)
+        return np.empty(shape, dtype=dt.name)
+    if not dt.array_code:
+        raise InvalidInputError(f"a {dt.name} host result needs NumPy or PyTorch (array.array has no {dt.name}); pass out=")
+    return array.array(dt.array_code, bytes(dt.itemsize * max(_numel(shape), 1 if shape == () else 0)))
+
+
+def _scalar(result: Any) -> Any:
+    """The one element of a host or resident scalar result, as a Python number."""
+    if isinstance(result, Tensor):
+        host = result.to_host()
+        result.free()
+        result = host
+    if hasattr(result, "item"):
+        return result.item()
+    view = memoryview(result).cast("B")
+    fmt = {1: "b", 2: "e", 4: "f", 8: "d"}
+    if isinstance(result, array.array):
+        return result[0]
+    return struct.unpack(fmt[len(view)], view)[0]
+
+
+class Tensor:
+    """Backend-owned memory of one dtype and shape (device memory on CUDA). ``Buffer`` is its old name.
+
+    Exports ``__dlpack__``/``__dlpack_device__`` and ``__cuda_array_interface__`` (CUDA), so
+    ``torch.from_dlpack(t)``, ``cupy.asarray(t)``, ``jax.dlpack.from_dlpack(t)`` and ``np.from_dlpack(t)``
+    (CPU) share its memory. Free it, or let it go: its memory is released when nothing holds it.
+    """
+
+    def __init__(self, backend: Backend, buffer_id: int, shape: int | tuple[int, ...], dtype: Any = "float32") -> None:
         self.backend = backend
         self.id = buffer_id
-        self.n = n
+        self.shape: tuple[int, ...] = (shape,) if isinstance(shape, int) else tuple(shape)
+        self.dtype: dtypes.DType = dtypes.from_name(dtype)
+        self._core = backend._core
         self._template: Any = None
+        self._exported = False
+        self._dead: str | None = None
+        self._desc: abi.CTensor | None = None
+        self._stream = backend._core.stream
+        self._finalizer: weakref.finalize | None = None  # set by _own(): only Backend.empty() owns memory
+
+    def _own(self) -> None:
+        self._finalizer = weakref.finalize(self, self._core.release, self.id)
+        self._finalizer.atexit = False
+        self._core.live[self.id] = weakref.ref(self)
+
+    __copy__ = __deepcopy__ = __reduce_ex__ = __reduce__ = _no_copy
+
+    @property
+    def n(self) -> int:
+        return _numel(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.n * self.dtype.itemsize
+
+    @property
+    def device(self) -> tuple[int, int]:
+        return (self.backend.device_type, self.backend.device_index)
+
+    def _handle(self) -> int:
+        if self._dead == "closed":
+            raise BackendClosedError("this tensor's backend is closed")
+        if self._dead:
+            raise BufferError_(f"tensor {self.id:#x} was freed: it is not a live buffer", abi.E_BAD_BUFFER)
+        return self.backend._live_handle()
+
+    def _descriptor(self) -> abi.CTensor:
+        if self._desc is None:
+            desc = abi.CTensor()
+            core = self._core
+            with core.lock:
+                self.backend._check(core.lib.tensor(self._handle(), self.id, ctypes.byref(desc)), "tensor")
+            self._desc = desc
+        return self._desc
+
+    def _arg(self, backend: Backend, name: str) -> _Arg:
+        if backend is not self.backend:
+            raise InvalidInputError(f"{name}: a tensor of another backend instance; copy it through the host")
+        self._handle()
+        d = self._descriptor()
+        ct = abi.CTensor.from_buffer_copy(d)
+        return _Arg(ct, self, self.dtype, self.shape, self.backend.device_type != dtypes.DEVICE_CUDA, self)
+
+    @property
+    def data_ptr(self) -> int:
+        """The address of the first element (a device pointer on CUDA)."""
+        return int(self._descriptor().data or 0)
+
+    # ---- host copies
+    def _upload_arg(self, src: _Arg) -> None:
+        if src.dtype is not self.dtype or _numel(src.shape) != self.n:
+            raise InvalidInputError(
+                f"upload: source is {src.dtype.name}{list(src.shape)} ({_numel(src.shape)} elements), "
+                f"tensor is {self.dtype.name}{list(self.shape)}"
+            )
+        core = self._core
+        with core.lock:
+            self.backend._check(core.lib.upload(self._handle(), self.id, src.ct.data, self.nbytes), "upload")
 
     def upload(self, x: Any) -> None:
-        src = _Operand(x, "upload source")
-        try:
-            if src.n != self.n:
-                raise InvalidInputError(f"upload: source has {src.n} elements, buffer has {self.n}")
-            b = self.backend
-            with b._lock:
-                b._check(b._lib.upload(b._live_handle(), self.id, src.ptr, self.n), "upload")
-        finally:
-            src.release()
+        """Copies a host array of the same dtype and element count into this tensor."""
+        src = self.backend._arg(x, "upload source", False, None)
+        if not src.host:
+            raise InvalidInputError("upload: the source must be a host array")
+        self._upload_arg(src)
 
     def to_host(self, out: Any = None) -> Any:
-        """Downloads into ``out`` (or a new array like the source) and returns it."""
-        result = out if out is not None else _new_like(self._template, self.n)
-        dst = _Operand(result, "out", writable=True)
-        try:
-            if dst.n != self.n:
-                raise InvalidInputError(f"download: out has {dst.n} elements, buffer has {self.n}")
-            b = self.backend
-            with b._lock:
-                b._check(b._lib.download(b._live_handle(), self.id, dst.ptr, self.n), "download")
-        finally:
-            dst.release()
+        """Downloads into ``out`` (or a new host array like the source) and returns it."""
+        result = out if out is not None else _new_host(self._template, self.dtype, self.shape)
+        dst = self.backend._arg(result, "out", True, None)
+        if not dst.host:
+            raise InvalidInputError("to_host: out must be a host array")
+        if dst.dtype is not self.dtype or _numel(dst.shape) != self.n:
+            raise InvalidInputError(
+                f"download: out has {_numel(dst.shape)} elements of {dst.dtype.name}, "
+                f"tensor has {self.n} of {self.dtype.name}"
+            )
+        core = self._core
+        with core.lock:
+            self.backend._check(core.lib.download(self._handle(), self.id, dst.ct.data, self.nbytes), "download")
         return result
 
     def free(self) -> None:
-        b = self.backend
-        with b._lock:
-            b._check(b._lib.free(b._live_handle(), self.id), "free")
+        """Frees the memory now (an exported tensor: when its consumers let go). Later use is an error."""
+        core = self._core
+        with core.lock:
+            if self._dead == "closed":
+                raise BackendClosedError("this tensor's backend is closed")
+            self._handle()
+            if self._finalizer is None:
+                raise BufferError_(f"this Tensor object does not own buffer {self.id:#x}: it is not a live buffer of it")
+            self._dead = "freed"
+            if not self._exported:
+                self._finalizer()  # frees now, exactly once
+
+    # ---- export
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.device
+
+    def __dlpack__(
+        self, *, stream: Any = None, max_version: tuple[int, int] | None = None, dl_device: Any = None, copy: Any = None
+    ) -> Any:
+        if copy:
+            raise BufferError("cuplug tensors export without a copy only (copy=True is not supported)")
+        if dl_device is not None and tuple(dl_device) != self.device:
+            raise BufferError(f"cuplug cannot export to device {tuple(dl_device)}; this tensor is on {self.device}")
+        desc = self._descriptor()
+        self._handle()
+        if self.backend.device_type == dtypes.DEVICE_CUDA and stream != -1:
+            # The consumer's stream (None: the legacy default stream) waits for the work that wrote us.
+            waiter = _c_stream(_CUDA_LEGACY_STREAM if stream is None else int(stream))
+            signaler = _c_stream(self._stream) if self._stream else 0
+            if waiter != signaler:
+                core = self._core
+                with core.lock:
+                    self.backend._check(core.lib.stream_wait(self._handle(), waiter, signaler), "__dlpack__")
+        self._exported = True
+        versioned = max_version is not None and tuple(max_version) >= (1, 0)
+        return dlpack.export(self, int(desc.data or 0), self.device, desc.dtype, self.shape, versioned)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        if self.backend.device_type != dtypes.DEVICE_CUDA:
+            raise AttributeError("a CPU tensor has no __cuda_array_interface__ (use __dlpack__ or to_host())")
+        if not self.dtype.typestr:
+            raise AttributeError(f"__cuda_array_interface__ has no {self.dtype.name}; use __dlpack__")
+        desc = self._descriptor()
+        self._exported = True
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.typestr,
+            "data": (int(desc.data or 0), False),
+            "strides": None,
+            "version": 3,
+            "stream": _c_stream(self._stream) if self._stream else None,
+        }
 
     def __repr__(self) -> str:
-        return f"<cuplug.Buffer id={self.id:#x} n={self.n} on {self.backend.variant}>"
+        return f"<cuplug.Tensor id={self.id:#x} {self.dtype.name}{list(self.shape)} on {self.backend.variant}>"
+
+
+Buffer = Tensor

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import __version__, reasons
+from . import __version__, reasons, report
 from .errors import CuplugError
 from .warmup import EXIT_CACHE_UNUSABLE
 
@@ -26,6 +26,26 @@ PROBE_EXIT_HELP = """exit codes (the first failing step):
   15  artifact-corrupt                     16  abi-mismatch or load-failed
   17  kernel failed or wrong result        20  disabled (CUPLUG_DISABLE_CUDA=1)
    2  bad usage or configuration (e.g. an invalid CUPLUG_* value)"""
+
+
+MAX_TIMEOUT = 86_400.0
+
+
+def _timeout(text: str) -> float:
+    """--timeout: a finite number of seconds, > 0 and <= a day (0, negative, nan, inf are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= MAX_TIMEOUT:  # also false for nan
+        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds > 0 and <= {MAX_TIMEOUT:.0f}")
+    return value
+
+
+def _say(text: str) -> str:
+    from .report import printable
+
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 class _Steps:
@@ -42,15 +62,18 @@ class _Steps:
             try:
                 result.append(body(self))
             except CuplugError as exc:
-                print(f"cuplug: {self.step}: {exc}", file=sys.stderr)
+                print(f"cuplug: {self.step}: {_say(str(exc))}", file=sys.stderr)
                 result.append(2)
+            except Exception as exc:  # never a traceback from an operator's tool
+                print(f"cuplug: {self.step}: internal error: {type(exc).__name__}: {_say(str(exc))}", file=sys.stderr)
+                result.append(1)
 
         t = threading.Thread(target=worker, daemon=True)
         t.start()
         t.join(self.timeout)
         if t.is_alive():
             print(
-                f"cuplug: step '{self.step}' did not finish within {self.timeout:.0f} s; "
+                f"cuplug: step '{self.step}' did not finish within {self.timeout:g} s; "
                 "the driver or GPU is not answering (check nvidia-smi, dmesg)",
                 file=sys.stderr,
             )
@@ -66,7 +89,7 @@ def _probe_body(args: argparse.Namespace) -> Any:
         out: dict[str, Any] = {"ok": False}
         t0 = time.perf_counter()
         steps.step = "load"
-        backend = loading.load()
+        backend = loading.load(args.backend)
         trace = backend.trace
         out.update(
             variant=backend.variant,
@@ -79,17 +102,22 @@ def _probe_body(args: argparse.Namespace) -> Any:
             steps.step = "info"
             info = backend.info()
             out["device"] = info.get("device", {}).get("name")
-            steps.step = "vector add"
-            n = (1 << 20) + 3  # many blocks and a scalar tail
-            x = array.array("f", (float(i % 1000) for i in range(n)))
-            y = array.array("f", (float((3 * i) % 7) for i in range(n)))
-            t1 = time.perf_counter()
-            got = backend.run("add", x, y)
-            out["add_ms"] = round((time.perf_counter() - t1) * 1e3, 3)
-            bad = next((i for i in range(n) if got[i] != x[i] + y[i]), None)
-            out["ok"] = bad is None
-            if bad is not None:
-                out["error"] = f"wrong result at {bad}: {got[bad]} != {x[bad] + y[bad]}"
+            if args.backend == "vector":
+                steps.step = "vector add"
+                n = (1 << 20) + 3  # many blocks and a scalar tail
+                x = array.array("f", (float(i % 1000) for i in range(n)))
+                y = array.array("f", (float((3 * i) % 7) for i in range(n)))
+                t1 = time.perf_counter()
+                got = backend.run("add", x, y)
+                out["add_ms"] = round((time.perf_counter() - t1) * 1e3, 3)
+                bad = next((i for i in range(n) if got[i] != x[i] + y[i]), None)
+                if bad is not None:
+                    raise _WrongResult(f"wrong result at {bad}: {got[bad]} != {x[bad] + y[bad]}")
+            steps.step = "every op on its sample, against the CPU twin"
+            out["ops"] = _probe_ops(backend, args.backend, steps)
+            out["ok"] = True
+        except _WrongResult as exc:
+            out["error"] = f"{steps.step}: {exc}"
         except CuplugError as exc:
             out["error"] = f"{steps.step}: {exc}"
         finally:
@@ -107,20 +135,64 @@ def _probe_body(args: argparse.Namespace) -> Any:
         else:
             where = f"{backend.cuda}/{backend.variant}" if backend.cuda else "cpu"
             verdict = "ok" if out["ok"] else f"FAILED ({out.get('error')})"
+            what = f"vector add of {(1 << 20) + 3} elements" if args.backend == "vector" else f"backend {args.backend}"
+            ops = f", {len(out.get('ops', {}))} op(s) checked against the CPU twin" if out.get("ops") else ""
             print(
-                f"cuplug probe: {where} on {out.get('device')}: vector add of {n} elements {verdict} "
-                f"in {out.get('add_ms', '?')} ms (total {out['total_ms']} ms)"
+                _say(
+                    f"cuplug probe: {where} on {out.get('device')}: {what} {verdict}{ops} "
+                    f"in {out.get('add_ms', '?')} ms (total {out['total_ms']} ms)"
+                )
             )
             if backend.variant == "cpu":
-                print(f"cuplug probe: CPU fallback, reason {trace.decision_code}: {trace.decision_reason}")
+                print(_say(f"cuplug probe: CPU fallback, reason {trace.decision_code}: {trace.decision_reason}"))
             print(f"cuplug probe: exit {code}")
         return code
 
     return body
 
 
+class _WrongResult(Exception):
+    """A backend answered, but not what the host computes."""
+
+
+def _probe_ops(backend: Any, name: str, steps: Any) -> dict[str, float]:
+    """Every op once on its declared sample, compared with the CPU twin's answer; ms per op."""
+    from . import loading, samples
+
+    times: dict[str, float] = {}
+    twin = backend if backend.variant == "cpu" else loading.load(name, env={**os.environ, "CUPLUG_BACKEND": "cpu"})
+    try:
+        for sig in backend.ops.values():
+            steps.step = f"op {sig.name} on its sample"
+            t = time.perf_counter()
+            got = samples.run_sample(backend, sig)
+            times[sig.name] = round((time.perf_counter() - t) * 1e3, 3)
+            if twin is not backend:
+                why = samples.compare(got, samples.run_sample(twin, twin.ops[sig.name]))
+                if why:
+                    raise _WrongResult(f"{sig.name}: {why}")
+    finally:
+        if twin is not backend:
+            twin.close()
+    return times
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     return _Steps(args.timeout).run(_probe_body(args))
+
+
+def _variant_rows(trace: Any) -> list[dict[str, Any]]:
+    """Which variant wheel (PEP 825) of the backend is installed, and whether it still fits the device."""
+    from . import variant_check
+
+    return variant_check.report(trace.probe, trace.policy.device, packages=trace.packages)
+
+
+def _print_variants(trace: Any) -> None:
+    from . import variant_check
+
+    for line in variant_check.format_report(_variant_rows(trace)):
+        print(_say(f"{report.tag(trace.backend)} {line}"))
 
 
 def doctor_json(trace: Any, load: bool) -> dict[str, Any]:
@@ -142,13 +214,27 @@ def doctor_json(trace: Any, load: bool) -> dict[str, Any]:
                 "capability": d.capability_str,
                 "memory_bytes": d.memory_bytes,
                 "uuid": d.uuid,
+                "problem": d.problem,
             }
             for d in (p.devices if p else ())
         ],
         "packages": [
-            {"cuda": pk.cuda, "path": str(pk.directory), "artifacts": len(pk.artifacts), "error": pk.error}
+            {
+                "cuda": pk.cuda,
+                "path": str(pk.directory),
+                "artifacts": len(pk.artifacts),
+                "error": pk.error,
+                "distribution": pk.distribution,
+                "problems": list(pk.problems),
+            }
             for pk in trace.packages
         ],
+        "refused": [r.to_json() for r in trace.refused],
+        "variants": _variant_rows(trace),
+        "cpu_backend": {
+            "path": str(Path(trace.cpu.package_dir) / trace.cpu.file) if trace.cpu else None,
+            "problem": trace.cpu_problem,
+        },
         "candidates": [
             {
                 "backend": trace.backend,
@@ -192,11 +278,14 @@ def doctor_json(trace: Any, load: bool) -> dict[str, Any]:
 def cmd_new_backend(args: argparse.Namespace) -> int:
     from .build import scaffold
 
-    dest = Path(args.dir or (args.package or args.name)).resolve()
     try:
+        dest = Path(args.dir or (args.package or args.name)).resolve()
         files = scaffold.create(args.name, dest, args.package)
     except scaffold.ScaffoldError as exc:
-        print(f"cuplug new-backend: {exc}", file=sys.stderr)
+        print(f"cuplug new-backend: {_say(str(exc))}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError, RuntimeError) as exc:
+        print(f"cuplug new-backend: cannot write the project: {_say(str(exc))}", file=sys.stderr)
         return 2
     print(f"cuplug new-backend: wrote {len(files)} files into {dest}")
     print(f"  next: cd {dest} && nox -s wheels tests   (builds the CUDA 12/13 variants, the wheels, runs the tests)")
@@ -204,31 +293,45 @@ def cmd_new_backend(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from . import loading
+    return _Steps(args.timeout).run(_doctor_body(args))
 
-    trace = loading.decide(args.backend)
-    if args.json:
-        print(json.dumps(doctor_json(trace, not args.no_load), indent=2))
+
+def _doctor_body(args: argparse.Namespace) -> Any:
+    def body(steps: _Steps) -> int:
+        from . import loading
+
+        steps.step = "decide (driver probe)"
+        trace = loading.decide(args.backend)
+        if args.json:
+            steps.step = "load" if not args.no_load else "report"
+            print(json.dumps(doctor_json(trace, not args.no_load), indent=2))
+            return 0
+        if args.no_load:
+            print(trace.text())
+            _print_variants(trace)
+            return 0
+        steps.step = "load"
+        try:
+            with loading.load(args.backend) as backend:
+                print(backend.trace.text())
+                _print_variants(backend.trace)
+                info = backend.info()
+                dev = info.get("device", {}) if isinstance(info.get("device"), dict) else {}
+                mem = dev.get("memory_total")
+                free = dev.get("memory_free", 0)
+                line = f"{report.tag(args.backend)} loaded              : {backend.trace.decision.label} on {dev.get('name')}"
+                if isinstance(mem, (int, float)) and mem > 0 and isinstance(free, (int, float)):
+                    line += f", {free / 2**30:.1f}/{mem / 2**30:.1f} GiB free"
+                if dev.get("temperature_c") is not None:
+                    line += f", {dev['temperature_c']} C"
+                print(_say(line))
+        except CuplugError as exc:
+            print(trace.text())
+            print(_say(f"{report.tag(args.backend)} load failed         : {exc}"))
+            return 1
         return 0
-    if args.no_load:
-        print(trace.text())
-        return 0
-    try:
-        with loading.load(args.backend) as backend:
-            print(backend.trace.text())
-            info = backend.info()
-            dev = info.get("device", {})
-            mem = dev.get("memory_total")
-            print(
-                f"[backend-cuda] loaded              : {backend.trace.decision.label} on {dev.get('name')}"
-                + (f", {dev.get('memory_free', 0) / 2**30:.1f}/{mem / 2**30:.1f} GiB free" if mem else "")
-                + (f", {dev['temperature_c']} C" if dev.get("temperature_c") is not None else "")
-            )
-    except CuplugError as exc:
-        print(trace.text())
-        print(f"[backend-cuda] load failed         : {exc}")
-        return 1
-    return 0
+
+    return body
 
 
 INSPECT_EXIT_HELP = """exit codes:
@@ -255,23 +358,27 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     try:
         findings = inspection.inspect_target(args.target)
     except inspection.InspectError as exc:
-        print(f"cuplug inspect: {exc}", file=sys.stderr)
+        print(f"cuplug inspect: {_say(str(exc))}", file=sys.stderr)
         return 2
     bad = [f for f in findings if not f.ok]
     if args.json:
         print(json.dumps({"ok": not bad, "artifacts": [f.to_json() for f in findings]}, indent=2))
     else:
-        print(inspection.format_findings(findings))
+        print(_say(inspection.format_findings(findings)))
         print(_paint(f"cuplug inspect: {len(findings) - len(bad)}/{len(findings)} artifacts match", not bad))
     return reasons.EXIT_CODES[reasons.ARTIFACT_CORRUPT] if bad else 0
 
 
 def cmd_warmup(args: argparse.Namespace) -> int:
-    from . import warmup
+    def body(steps: _Steps) -> int:
+        from . import warmup
 
-    report, code = warmup.run()
-    print(json.dumps(report, indent=2) if args.json else warmup.format_report(report))
-    return code
+        steps.step = "warmup (probe, load, JIT)"
+        report, code = warmup.run(backend=args.backend)
+        print(json.dumps(report, indent=2) if args.json else _say(warmup.format_report(report)))
+        return code
+
+    return _Steps(args.timeout).run(body)
 
 
 class _CMakeDir(argparse.Action):
@@ -308,8 +415,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--allow-cpu", action="store_true", help="a correct CPU fallback exits 0")
+    p.add_argument(
+        "--backend",
+        default="vector",
+        help="the backend to probe (default vector): every op runs on its declared sample against the CPU twin",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds before a hung step is reported (120)")
+    p.add_argument("--timeout", type=_timeout, default=120.0, help="seconds before a hung step is reported (120)")
     p.set_defaults(func=cmd_probe)
     d = sub.add_parser(
         "doctor",
@@ -327,6 +439,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="vector",
         metavar="NAME",
         help="the backend to diagnose (default: vector, cuplug's own; or any installed one)",
+    )
+    d.add_argument(
+        "--timeout", type=_timeout, default=120.0, help="seconds before a hung driver is reported (120; exit 10)"
     )
     d.set_defaults(func=cmd_doctor)
     nb = sub.add_parser(
@@ -375,6 +490,10 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     w.add_argument("--json", action="store_true", help="print one JSON object")
+    w.add_argument("--backend", default="vector", help="the backend whose ptx variants to warm (default vector)")
+    w.add_argument(
+        "--timeout", type=_timeout, default=600.0, help="seconds before a hung driver or JIT is reported (600)"
+    )
     w.set_defaults(func=cmd_warmup)
     return parser
 
@@ -384,5 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except CuplugError as exc:
-        print(f"cuplug {args.command}: {exc}", file=sys.stderr)
+        print(f"cuplug {args.command}: {_say(str(exc))}", file=sys.stderr)
         return 2
+    except Exception as exc:  # never a traceback from an operator's tool
+        print(f"cuplug {args.command}: internal error: {type(exc).__name__}: {_say(str(exc))}", file=sys.stderr)
+        return 1

@@ -3,6 +3,10 @@
 Only these entry points are called: cuInit, cuDriverGetVersion,
 cuDeviceGetCount, cuDeviceGet, cuDeviceGetAttribute, cuDeviceGetName,
 cuDeviceTotalMem_v2, cuDeviceGetUuid_v2 (or cuDeviceGetUuid), cuGetErrorName.
+Any of them may be missing or fail or lie: a fact that could not be read is None
+(unknown) and the failing call is in the reason, never a 0 that reads as a fact.
+Every loop over a driver-reported number is bounded (at most MAX_DEVICES devices),
+every string read from the driver is bounded and decoded whatever its bytes.
 CUDA_VISIBLE_DEVICES is applied by the driver inside cuInit; it is reported,
 never re-applied on top of the driver's numbering.
 """
@@ -24,17 +28,30 @@ CUDA_ERROR_NO_DEVICE = 100
 LIBCUDA = "libcuda.so.1"
 
 
+MAX_DEVICES = 64  # a driver reporting more is lying; its devices are not enumerated
+MAX_NAME_BYTES = 256
+MAX_ERROR_NAME_BYTES = 128
+
+
 @dataclasses.dataclass(frozen=True)
 class Device:
+    """One device as the driver reported it; a fact the driver failed to give is None (unknown), never 0."""
+
     index: int
-    name: str
-    capability: tuple[int, int]
-    memory_bytes: int
-    uuid: str
+    name: str | None
+    capability: tuple[int, int] | None
+    memory_bytes: int | None
+    uuid: str | None
+    problem: str | None = None  # why a fact is unknown (the failing call and its error)
 
     @property
-    def capability_str(self) -> str:
-        return f"{self.capability[0]}.{self.capability[1]}"
+    def capability_str(self) -> str | None:
+        return None if self.capability is None else f"{self.capability[0]}.{self.capability[1]}"
+
+
+def version_str(v: int | None) -> str | None:
+    """cuDriverGetVersion 12040 -> "12.4"; None for an unknown or impossible value."""
+    return None if v is None or v <= 0 else f"{v // 1000}.{(v % 1000) // 10}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,14 +62,13 @@ class ProbeResult:
     reason: str
     driver_found: bool = False
     driver_path: str | None = None
-    driver_version: int | None = None  # cuDriverGetVersion, e.g. 13000
+    driver_version: int | None = None  # cuDriverGetVersion, e.g. 13000; None when it failed or lied
     devices: tuple[Device, ...] = ()
     visible_devices: str | None = None
 
     @property
     def driver_version_str(self) -> str | None:
-        v = self.driver_version
-        return None if v is None else f"{v // 1000}.{(v % 1000) // 10}"
+        return version_str(self.driver_version)
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -61,17 +77,21 @@ class ProbeResult:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ProbeResult:
-        devices = tuple(
-            Device(
-                x["index"],
-                x["name"],
-                tuple(int(p) for p in x["capability"].split(".")),  # type: ignore[arg-type]
-                x["memory_bytes"],
-                x["uuid"],
+        devices = []
+        for x in d.get("devices", ()):
+            cap = x.get("capability")
+            parts = tuple(int(p) for p in cap.split(".")) if isinstance(cap, str) else None
+            devices.append(
+                Device(
+                    x["index"],
+                    x.get("name"),
+                    (parts[0], parts[1]) if parts and len(parts) == 2 else None,
+                    x.get("memory_bytes"),
+                    x.get("uuid"),
+                    x.get("problem"),
+                )
             )
-            for x in d.get("devices", ())
-        )
-        return cls(**{**d, "devices": devices})
+        return cls(**{**d, "devices": tuple(devices)})
 
 
 def _loaded_path(lib: ctypes.CDLL) -> str | None:
@@ -79,19 +99,34 @@ def _loaded_path(lib: ctypes.CDLL) -> str | None:
     try:
         with open("/proc/self/maps") as maps:
             for line in maps:
-                if "libcuda.so" in line:
-                    return line.split()[-1]
-    except OSError:
+                path = line.split(maxsplit=5)[-1].strip() if line.count(" ") >= 5 else ""
+                if path.startswith("/") and os.path.basename(path).startswith("libcuda.so"):
+                    return path
+    except (OSError, UnicodeDecodeError):
         pass
     return None
 
 
+def _text(ptr: int | None, limit: int) -> str:
+    """A C string of at most ``limit`` bytes, decoded whatever its bytes (non-UTF-8 escaped)."""
+    if not ptr:
+        return ""
+    libc = ctypes.CDLL(None)
+    libc.strnlen.restype = ctypes.c_size_t
+    libc.strnlen.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    n = libc.strnlen(ptr, limit)
+    return ctypes.string_at(ptr, n).decode("utf-8", "backslashreplace")
+
+
 def _error_name(lib: ctypes.CDLL, code: int) -> str:
-    name = ctypes.c_char_p()
+    fn = getattr(lib, "cuGetErrorName", None)
+    name = ctypes.c_void_p()
     try:
-        if lib.cuGetErrorName(code, ctypes.byref(name)) == 0 and name.value:
-            return name.value.decode()
-    except AttributeError:
+        if fn is not None and fn(code, ctypes.byref(name)) == 0 and name.value:
+            text = _text(name.value, MAX_ERROR_NAME_BYTES)
+            if text:
+                return text
+    except (OSError, ValueError):
         pass
     return f"CUDA error {code}"
 
@@ -101,28 +136,79 @@ def _format_uuid(raw: bytes) -> str:
     return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
+REQUIRED = ("cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetAttribute")
+
+
+def _device(lib: ctypes.CDLL, index: int) -> Device:
+    """One device's facts; each failing call leaves its fact unknown and says why in ``problem``."""
+    problems: list[str] = []
+
+    def call(what: str, fn: Any, *args: Any) -> bool:
+        if fn is None:
+            problems.append(f"the driver lacks {what}")
+            return False
+        rc = fn(*args)
+        if rc != 0:
+            problems.append(f"{what} failed: {_error_name(lib, rc)} ({rc})")
+        return bool(rc == 0)
+
+    dev = ctypes.c_int(0)
+    if not call(f"cuDeviceGet({index})", getattr(lib, "cuDeviceGet", None), ctypes.byref(dev), index):
+        return Device(index, None, None, None, None, "; ".join(problems))
+    major, minor = ctypes.c_int(-1), ctypes.c_int(-1)
+    get_attr = getattr(lib, "cuDeviceGetAttribute", None)
+    capability: tuple[int, int] | None = None
+    ok_major = call("cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)", get_attr, ctypes.byref(major), 75, dev)
+    ok_minor = call("cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)", get_attr, ctypes.byref(minor), 76, dev)
+    if ok_major and ok_minor:
+        if 0 < major.value < 100 and 0 <= minor.value < 10:
+            capability = (major.value, minor.value)
+        else:
+            problems.append(f"the driver reports capability {major.value}.{minor.value}, which no GPU has")
+    name_buf = ctypes.create_string_buffer(MAX_NAME_BYTES)
+    name = None
+    if call("cuDeviceGetName", getattr(lib, "cuDeviceGetName", None), name_buf, MAX_NAME_BYTES - 1, dev):
+        name = name_buf.value.decode("utf-8", "backslashreplace")
+    mem = ctypes.c_size_t(0)
+    total = getattr(lib, "cuDeviceTotalMem_v2", None) or getattr(lib, "cuDeviceTotalMem", None)
+    memory = mem.value if call("cuDeviceTotalMem_v2", total, ctypes.byref(mem), dev) else None
+    uuid_buf = ctypes.create_string_buffer(16)
+    get_uuid = getattr(lib, "cuDeviceGetUuid_v2", None) or getattr(lib, "cuDeviceGetUuid", None)
+    uuid = _format_uuid(uuid_buf.raw) if call("cuDeviceGetUuid", get_uuid, uuid_buf, dev) else None
+    return Device(index, name, capability, memory, uuid, "; ".join(problems) or None)
+
+
 def probe() -> ProbeResult:
-    """Opens the driver and reads its facts, in this process."""
+    """Opens the driver and reads its facts, in this process. Never raises: a failure is the result's code."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     try:
         lib = ctypes.CDLL(LIBCUDA, mode=os.RTLD_NOW | os.RTLD_LOCAL)
     except OSError as exc:
         return ProbeResult(reasons.NO_DRIVER, f"{LIBCUDA} not found: {exc}", visible_devices=visible)
     path = _loaded_path(lib)
-    version = ctypes.c_int(0)
-    have_version = lib.cuDriverGetVersion(ctypes.byref(version)) == 0
-    found = ProbeResult(
-        reasons.OK,
-        "",
-        driver_found=True,
-        driver_path=path,
-        visible_devices=visible,
-        driver_version=version.value if have_version else None,
-    )
+    found = ProbeResult(reasons.OK, "", driver_found=True, driver_path=path, visible_devices=visible)
 
     def failed(code: str, reason: str) -> ProbeResult:
         return dataclasses.replace(found, code=code, reason=reason)
 
+    missing = [name for name in REQUIRED if getattr(lib, name, None) is None]
+    if missing:
+        return failed(
+            reasons.DRIVER_INIT_FAILED, f"{path or LIBCUDA} lacks {', '.join(missing)}: not a usable CUDA driver"
+        )
+    version = ctypes.c_int(0)
+    rc = lib.cuDriverGetVersion(ctypes.byref(version))
+    if rc != 0:
+        return failed(
+            reasons.DRIVER_INIT_FAILED,
+            f"cuDriverGetVersion failed: {_error_name(lib, rc)} ({rc}); the driver's CUDA version is unknown",
+        )
+    if not 1000 <= version.value <= 999_999:
+        return failed(
+            reasons.DRIVER_INIT_FAILED,
+            f"cuDriverGetVersion reported {version.value}, which is no CUDA version; the driver's version is unknown",
+        )
+    found = dataclasses.replace(found, driver_version=version.value)
     rc = lib.cuInit(0)
     if rc == CUDA_ERROR_NO_DEVICE:
         return failed(reasons.NO_DEVICE, f"cuInit: {_error_name(lib, rc)}: no CUDA device visible")
@@ -131,42 +217,37 @@ def probe() -> ProbeResult:
     count = ctypes.c_int(0)
     rc = lib.cuDeviceGetCount(ctypes.byref(count))
     if rc != 0:
-        return failed(reasons.DRIVER_INIT_FAILED, f"cuDeviceGetCount: {_error_name(lib, rc)}")
-    devices = []
-    for index in range(count.value):
-        dev = ctypes.c_int(0)
-        major, minor, mem = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_size_t(0)
-        name = ctypes.create_string_buffer(256)
-        uuid = ctypes.create_string_buffer(16)
-        if lib.cuDeviceGet(ctypes.byref(dev), index) != 0:
-            continue
-        lib.cuDeviceGetAttribute(ctypes.byref(major), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
-        lib.cuDeviceGetAttribute(ctypes.byref(minor), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
-        lib.cuDeviceGetName(name, len(name), dev)
-        lib.cuDeviceTotalMem_v2(ctypes.byref(mem), dev)
-        get_uuid = getattr(lib, "cuDeviceGetUuid_v2", None) or lib.cuDeviceGetUuid
-        get_uuid(uuid, dev)
-        devices.append(
-            Device(
-                index,
-                name.value.decode(errors="replace"),
-                (major.value, minor.value),
-                mem.value,
-                _format_uuid(uuid.raw),
-            )
+        return failed(reasons.DRIVER_INIT_FAILED, f"cuDeviceGetCount: {_error_name(lib, rc)} ({rc})")
+    if not 0 <= count.value <= MAX_DEVICES:
+        return failed(
+            reasons.DRIVER_INIT_FAILED,
+            f"cuDeviceGetCount reported {count.value} devices; more than {MAX_DEVICES} (or fewer than 0) "
+            "is not believable, so none is used",
         )
-    if not devices:
+    if count.value == 0:
         return failed(
             reasons.NO_DEVICE,
             "the driver reports 0 devices" + (f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""),
         )
-    return dataclasses.replace(found, reason=f"{len(devices)} device(s)", devices=tuple(devices))
+    devices = tuple(_device(lib, index) for index in range(count.value))
+    unknown = [d for d in devices if d.capability is None]
+    if len(unknown) == len(devices):
+        return dataclasses.replace(
+            found,
+            code=reasons.DRIVER_INIT_FAILED,
+            reason=f"no device's capability could be read: device 0: {devices[0].problem}",
+            devices=devices,
+        )
+    shown = f"{len(devices)} device(s)" + (f", {len(unknown)} with unknown capability" if unknown else "")
+    return dataclasses.replace(found, reason=shown, devices=devices)
 
 
 def probe_isolated(timeout: float = 30.0) -> ProbeResult:
     """The same probe in a child process, so this process never initializes CUDA (safe before fork)."""
     import subprocess  # here, not at the top: it is a tenth of `import cuplug`
 
+    if not (timeout > 0 and timeout < float("inf")):
+        raise ValueError(f"timeout {timeout!r} is not a positive number of seconds")
     try:
         out = subprocess.run(
             [sys.executable, "-c", "import json,cuplug.driver as d;print(json.dumps(d.probe().to_json()))"],
@@ -180,4 +261,9 @@ def probe_isolated(timeout: float = 30.0) -> ProbeResult:
         return ProbeResult(reasons.DRIVER_INIT_FAILED, f"driver probe did not answer within {timeout:.0f} s")
     except subprocess.CalledProcessError as exc:
         return ProbeResult(reasons.DRIVER_INIT_FAILED, f"driver probe process failed: {exc.stderr.strip()[-500:]}")
-    return ProbeResult.from_json(json.loads(out.stdout))
+    except OSError as exc:
+        return ProbeResult(reasons.DRIVER_INIT_FAILED, f"driver probe process could not start: {exc}")
+    try:
+        return ProbeResult.from_json(json.loads(out.stdout))
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        return ProbeResult(reasons.DRIVER_INIT_FAILED, f"driver probe process answered nonsense: {exc}")

@@ -107,19 +107,31 @@ def device_code(section: bytes) -> DeviceCode:
 
 
 def read_elf(data_or_path: bytes | str) -> DeviceCode | None:
-    """The device code of a shared object (bytes or a path); None when it has no ``.nv_fatbin``."""
+    """The device code of a shared object (bytes or a path); None when it has no ``.nv_fatbin``.
+
+    Any failure to read the ELF (pyelftools raises more than ELFError on hostile headers:
+    struct.error, IndexError, ValueError, ...) or a section claiming more bytes than the
+    file holds is a FatbinError, never another exception.
+    """
     import io
 
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
     try:
-        if isinstance(data_or_path, bytes):
-            elf = ELFFile(io.BytesIO(data_or_path))
-            section = elf.get_section_by_name(".nv_fatbin")
-            return None if section is None else device_code(section.data())
-        with open(data_or_path, "rb") as f:
-            section = ELFFile(f).get_section_by_name(".nv_fatbin")
-            return None if section is None else device_code(section.data())
-    except ELFError as exc:
-        raise FatbinError(f"not a readable ELF file: {exc}") from exc
+        data = data_or_path if isinstance(data_or_path, bytes) else open(data_or_path, "rb").read()
+    except OSError as exc:
+        raise FatbinError(f"cannot read the file: {exc.strerror or exc}") from exc
+    try:
+        section = ELFFile(io.BytesIO(data)).get_section_by_name(".nv_fatbin")
+        if section is None:
+            return None
+        size, offset = int(section["sh_size"]), int(section["sh_offset"])
+        if section["sh_type"] != "SHT_NOBITS" and (size < 0 or offset < 0 or offset + size > len(data)):
+            raise FatbinError(f".nv_fatbin claims {size} bytes at offset {offset}, past the end of the file")
+        payload = section.data()
+    except FatbinError:
+        raise
+    except (ELFError, Exception) as exc:  # hostile input: every parser failure is "unreadable"
+        raise FatbinError(f"not a readable ELF file: {type(exc).__name__}: {exc}") from exc
+    return device_code(payload)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 
 from .errors import ConfigError
@@ -44,21 +45,22 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
 def from_env(env: Mapping[str, str] | None = None, device: int | str | None = None) -> Policy:
     env = os.environ if env is None else env
     disabled_by = next((n for n in ("CUPLUG_DISABLE_CUDA", "BACKEND_CUDA_DISABLE") if _flag(env, n)), None)
-    forced = env.get("CUPLUG_BACKEND", "auto").strip() or "auto"
+    # Case does not matter: CPU, Auto, CUDA13:PTX mean cpu, auto, cuda13:ptx (variant names are lowercase).
+    forced = env.get("CUPLUG_BACKEND", "auto").strip().lower() or "auto"
     forced_cuda = None
     if ":" in forced:
         forced_cuda, forced = forced.split(":", 1)
-        if forced_cuda not in ("cuda12", "cuda13"):
+        if not re.fullmatch(r"cuda\d{1,3}", forced_cuda):
             raise ConfigError(f"CUPLUG_BACKEND={env['CUPLUG_BACKEND']!r}: the part before ':' must be cuda12 or cuda13")
-    if not forced.replace("_", "").isalnum():
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_]{0,31}", forced) or (forced_cuda and forced in ("cpu", "auto")):
         raise ConfigError(
             f"CUPLUG_BACKEND={forced!r}: expected auto, cpu, or a variant name (sm75, sm80, ptx, fatbin, ...)"
         )
     raw_device = device if device is not None else env.get("CUPLUG_DEVICE", "0").strip() or "0"
     try:
-        index = int(raw_device)
-        if index < 0:
+        if isinstance(raw_device, bool) or not re.fullmatch(r"\d{1,4}", str(raw_device).strip()):
             raise ValueError
+        index = int(raw_device)
     except (TypeError, ValueError):
         raise ConfigError(f"CUPLUG_DEVICE/device={raw_device!r}: expected a device index 0, 1, ...") from None
     return Policy(

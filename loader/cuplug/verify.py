@@ -1,10 +1,37 @@
-"""Checks an artifact before dlopen: a truncated .so can SIGBUS the process, so never get there."""
+"""Checks an artifact before dlopen, so that the bytes that were hashed are the bytes that get mapped.
+
+The file is opened once (no symlink at the last component, non-blocking, must be a
+regular file of the manifest's size) and read once, in chunks, into an anonymous
+in-memory file (``memfd_create``); the chunks are hashed as they are copied. The
+copy is then sealed (``F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL``:
+nobody, this process included, can change it any more) and the loader dlopens
+``/proc/self/fd/N`` of it. Renaming another file over the artifact or rewriting it in
+place (``cp``) after that changes nothing that is mapped; doing it during the read
+gives a digest that differs (artifact-corrupt), never a planted constructor or a
+SIGBUS from a truncated mapping.
+
+Sealed copies are kept per sha256 for the life of the process (their descriptors
+stay open, close-on-exec): loading the same bytes again dlopens the same
+``/proc/self/fd/N`` name, so the dynamic linker hands back the library it already
+has (one copy of its global state, as a dlopen of one path twice does). A name is
+never reused for other bytes: each new copy gets a descriptor number above every
+one used before.
+
+Without a usable ``/proc/self/fd`` (not mounted) or without ``memfd_create``
+(seccomp, old kernels), the verified bytes are written to a private file (mode
+0500 in a fresh 0700 directory of this process, removed at exit) and that is
+dlopened: other users cannot touch it; the same user could, as they could attach a
+debugger to this process anyway.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
+import stat
 import struct
+import threading
 from pathlib import Path
 
 from . import reasons
@@ -13,66 +40,263 @@ from .errors import ArtifactError
 from .manifest import Artifact
 
 ELF_MAGIC = b"\x7fELF"
-ELFCLASS64, ELFDATA2LSB, ET_DYN, EM_X86_64 = 2, 1, 3, 62
+ELFCLASS64, ELFDATA2LSB, ET_DYN = 2, 1, 3
+EM_X86_64 = 62
+PROC_SELF_FD = "/proc/self/fd"  # a module attribute, so a test can take /proc away
+CHUNK = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Verified:
+    """A checked artifact: ``path`` is the real file (what reports show), ``load_path`` what to dlopen."""
+
+    path: Path
+    load_path: Path
+    sha256: str
+    how: str  # "memfd" (sealed in-memory copy) or "private-copy" (no /proc/self/fd)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Image:
+    fd: int | None
+    load_path: str
+    ident: tuple[int, int]  # (st_dev, st_ino) of the sealed copy, to notice a descriptor closed under us
+    how: str
+
+
+_lock = threading.Lock()
+_images: dict[str, _Image] = {}
+_used_names: set[str] = set()
+_floor = [3]
+_private_dir: list[str] = []
+
+
+def _reset_after_fork() -> None:
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def _corrupt(message: str) -> ArtifactError:
+    return ArtifactError(message, reasons.ARTIFACT_CORRUPT)
 
 
 def resolve_inside(package_dir: Path, relative: str) -> Path:
     """The artifact's absolute path; refuses absolute names, '..', and symlinks out of the package."""
-    if os.path.isabs(relative) or ".." in Path(relative).parts or not relative:
-        raise ArtifactError(
-            f"manifest file {relative!r} must be a relative path inside the package", reasons.ARTIFACT_CORRUPT
-        )
-    base = package_dir.resolve()
-    path = (base / relative).resolve()
+    if not relative or "\0" in relative or os.path.isabs(relative) or ".." in Path(relative).parts:
+        raise _corrupt(f"manifest file {relative!r} must be a relative path inside the package")
+    try:
+        base = package_dir.resolve()
+        path = (base / relative).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise _corrupt(f"manifest file {relative!r} cannot be resolved: {exc}") from exc
     if base not in path.parents:
-        raise ArtifactError(f"manifest file {relative!r} resolves to {path}, outside {base}", reasons.ARTIFACT_CORRUPT)
+        raise _corrupt(f"manifest file {relative!r} resolves to {path}, outside {base}")
     return path
 
 
 def check_elf_header(head: bytes, name: str) -> None:
     if len(head) < 20 or head[:4] != ELF_MAGIC:
-        raise ArtifactError(f"{name} is not an ELF file", reasons.ARTIFACT_CORRUPT)
+        raise _corrupt(f"{name} is not an ELF file")
     if head[4] != ELFCLASS64 or head[5] != ELFDATA2LSB:
-        raise ArtifactError(
-            f"{name} is not a 64-bit little-endian ELF (class {head[4]}, data {head[5]})", reasons.ARTIFACT_CORRUPT
-        )
+        raise _corrupt(f"{name} is not a 64-bit little-endian ELF (class {head[4]}, data {head[5]})")
     e_type, e_machine = struct.unpack_from("<HH", head, 16)
     if e_type != ET_DYN:
-        raise ArtifactError(f"{name} is not a shared object (ELF type {e_type})", reasons.ARTIFACT_CORRUPT)
+        raise _corrupt(f"{name} is not a shared object (ELF type {e_type})")
     arch, here = machine_of(head), host_arch()
     if arch != here:
-        raise ArtifactError(
+        raise _corrupt(
             f"{name} is an {arch} shared object (e_machine {e_machine}); this machine is {here}: "
-            f"install the wheel built for {here}",
-            reasons.ARTIFACT_CORRUPT,
+            f"install the wheel built for {here}"
         )
+
+
+def _open_artifact(path: Path) -> int:
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        return os.open(path, flags)
+    except FileNotFoundError:
+        raise _corrupt(f"{path} listed in the manifest does not exist; reinstall the backend package") from None
+    except PermissionError:
+        raise _corrupt(f"{path} cannot be read by this user (permission denied); it cannot be verified") from None
+    except OSError as exc:
+        raise _corrupt(f"{path} cannot be opened: {exc.strerror or exc}") from None
+
+
+def _new_sink(name: str) -> tuple[int, str]:
+    """A writable in-memory file for the copy: (fd, "memfd"), or (-1, why not)."""
+    create = getattr(os, "memfd_create", None)
+    if create is None:
+        return -1, "os.memfd_create is not available"
+    try:
+        return create(f"cuplug:{name}"[:240], os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING), "memfd"
+    except OSError as exc:
+        return -1, f"memfd_create failed: {exc.strerror or exc}"
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _copy_and_hash(src: int, sink: int, size: int, path: Path) -> tuple[str, bytes]:
+    """Reads exactly ``size`` bytes of ``src`` into ``sink`` (if >= 0), hashing them; (hex digest, first 64 bytes)."""
+    digest = hashlib.sha256()
+    head = b""
+    remaining = size
+    try:
+        while remaining:
+            chunk = os.read(src, min(CHUNK, remaining))
+            if not chunk:
+                raise _corrupt(f"{path.name}: ended after {size - remaining} of {size} bytes (truncated while read)")
+            digest.update(chunk)
+            if len(head) < 64:
+                head += chunk[: 64 - len(head)]
+            if sink >= 0:
+                _write_all(sink, chunk)
+            remaining -= len(chunk)
+        if os.read(src, 1):
+            raise _corrupt(f"{path.name}: longer than the manifest's {size} bytes (grew while read)")
+    except OSError as exc:
+        raise _corrupt(f"{path.name}: read failed: {exc.strerror or exc}") from None
+    return digest.hexdigest(), head
+
+
+def _seal(fd: int) -> None:
+    import fcntl
+
+    seals = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+
+
+def _renumber(fd: int) -> int:
+    """``fd`` moved above every descriptor number a sealed copy ever had, so no name is reused."""
+    import fcntl
+
+    try:
+        new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, max(_floor[0], fd))
+    except OSError:
+        return fd
+    os.close(fd)
+    _floor[0] = new + 1
+    return new
+
+
+def _proc_path(fd: int) -> str | None:
+    """``/proc/self/fd/N`` when it reaches this very file (None: /proc missing or not ours)."""
+    path = f"{PROC_SELF_FD}/{fd}"
+    try:
+        a, b = os.stat(path), os.fstat(fd)
+    except OSError:
+        return None
+    return path if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) else None
+
+
+def _private_copy(src_fd: int, data_fd: int | None, path: Path, sha: str) -> str:
+    """The fallback: the verified bytes in a private file of this process (see the module docstring)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    if not _private_dir:
+        d = tempfile.mkdtemp(prefix="cuplug-verified-")
+        _private_dir.append(d)
+        atexit.register(shutil.rmtree, d, True)
+    target = os.path.join(_private_dir[0], f"{sha[:16]}-{path.name}")
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        if data_fd is not None:  # copy from the sealed memfd
+            offset = 0
+            while chunk := os.pread(data_fd, CHUNK, offset):
+                _write_all(fd, chunk)
+                offset += len(chunk)
+        else:  # no memfd: read the file again, and hash what is written
+            os.lseek(src_fd, 0, os.SEEK_SET)
+            got, _ = _copy_and_hash(src_fd, fd, os.fstat(src_fd).st_size, path)
+            if got != sha:
+                raise _corrupt(f"{path.name}: sha256 differs from the manifest (file altered while read)")
+    finally:
+        os.close(fd)
+    os.chmod(target, 0o500)
+    return target
+
+
+def verified(artifact: Artifact) -> Verified:
+    """Checks ``artifact`` and returns where its verified bytes can be dlopened; raises artifact-corrupt."""
+    path = resolve_inside(Path(artifact.package_dir), artifact.file)
+    if artifact.arch and artifact.arch != host_arch():  # the manifest says so: no need to open the file
+        raise _corrupt(
+            f"{path.name} is built for {artifact.arch} (manifest); this machine is {host_arch()}: "
+            f"install the wheel built for {host_arch()}"
+        )
+    src = _open_artifact(path)
+    sink = -1
+    try:
+        st = os.fstat(src)
+        if not stat.S_ISREG(st.st_mode):
+            raise _corrupt(f"{path} is not a regular file")
+        if st.st_size != artifact.size:
+            raise _corrupt(f"{path.name}: size {st.st_size} != manifest {artifact.size} (truncated or replaced)")
+        sink, _why_not = _new_sink(path.name)  # -1: no memfd, the private copy serves
+        sha, head = _copy_and_hash(src, sink, artifact.size, path)
+        if sha != artifact.sha256.lower():
+            raise _corrupt(f"{path.name}: sha256 differs from the manifest (file altered)")
+        check_elf_header(head, path.name)
+        with _lock:
+            cached = _images.get(sha)
+            if cached is not None and _still_ours(cached):
+                return Verified(path, Path(cached.load_path), sha, cached.how)
+            image = _keep(src, sink, path, sha)
+            sink = -1  # owned by the image now (or closed)
+            _images[sha] = image
+            return Verified(path, Path(image.load_path), sha, image.how)
+    finally:
+        os.close(src)
+        if sink >= 0:
+            os.close(sink)
+
+
+def _still_ours(image: _Image) -> bool:
+    if image.fd is None:
+        return os.path.exists(image.load_path)
+    try:
+        st = os.fstat(image.fd)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == image.ident
+
+
+def _keep(src: int, sink: int, path: Path, sha: str) -> _Image:
+    """Seals the copy and gives it a name that was never dlopened before."""
+    if sink >= 0:
+        try:
+            _seal(sink)
+        except (OSError, AttributeError) as exc:
+            raise ArtifactError(f"{path.name}: cannot seal the verified copy: {exc}", reasons.LOAD_FAILED) from None
+        fd = _renumber(sink)
+        name = _proc_path(fd)
+        if name is not None and name not in _used_names:
+            _used_names.add(name)
+            st = os.fstat(fd)
+            return _Image(fd, name, (st.st_dev, st.st_ino), "memfd")
+        try:
+            target = _private_copy(src, fd, path, sha)
+        finally:
+            os.close(fd)
+    else:
+        target = _private_copy(src, None, path, sha)
+    st = os.stat(target)
+    return _Image(None, target, (st.st_dev, st.st_ino), "private-copy")
 
 
 def verify(artifact: Artifact) -> Path:
-    """Returns the absolute path of a file that matches its manifest entry, or raises artifact-corrupt."""
-    path = resolve_inside(Path(artifact.package_dir), artifact.file)
-    if artifact.arch and artifact.arch != host_arch():  # the manifest says so: no need to open the file
-        raise ArtifactError(
-            f"{Path(artifact.file).name} is built for {artifact.arch} (manifest); this machine is {host_arch()}: "
-            f"install the wheel built for {host_arch()}",
-            reasons.ARTIFACT_CORRUPT,
-        )
-    if not path.is_file():
-        raise ArtifactError(
-            f"{path} listed in the manifest does not exist; reinstall the backend package", reasons.ARTIFACT_CORRUPT
-        )
-    size = path.stat().st_size
-    if size != artifact.size:
-        raise ArtifactError(
-            f"{path.name}: size {size} != manifest {artifact.size} (truncated or replaced)", reasons.ARTIFACT_CORRUPT
-        )
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        head = f.read(64)
-        digest.update(head)
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    if digest.hexdigest() != artifact.sha256:
-        raise ArtifactError(f"{path.name}: sha256 differs from the manifest (file altered)", reasons.ARTIFACT_CORRUPT)
-    check_elf_header(head, path.name)
-    return path
+    """Returns the absolute path of a file that matches its manifest entry, or raises artifact-corrupt.
+
+    To load it, dlopen ``verified(artifact).load_path`` (the bytes that were hashed), not this path.
+    """
+    return verified(artifact).path

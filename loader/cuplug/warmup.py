@@ -10,7 +10,6 @@ cache gained.
 
 from __future__ import annotations
 
-import array
 import dataclasses
 import os
 import tempfile
@@ -52,10 +51,12 @@ def _cache_bytes(d: Path) -> int:
 
 
 def _every_op(backend: Any) -> float:
-    x = array.array("f", (float(i % 7) for i in range(4099)))
+    """Every op once, on the sample its signature declares (sizes that fit its size rules)."""
+    from . import samples
+
     t0 = time.perf_counter()
-    for op, (operands, _) in backend.ops.items():
-        backend.run(op, *([x] * operands))
+    for sig in backend.ops.values():
+        samples.run_sample(backend, sig)
     return (time.perf_counter() - t0) * 1e3
 
 
@@ -68,10 +69,12 @@ class WarmResult:
     error: str | None = None
 
 
-def warm(env: dict[str, str] | None = None) -> tuple[list[WarmResult], str | None, str | None]:
+def warm(
+    env: dict[str, str] | None = None, backend: str = "vector"
+) -> tuple[list[WarmResult], str | None, str | None]:
     """(results, why nothing could be warmed, decision code) for every accepted ptx artifact."""
     env = dict(os.environ) if env is None else env
-    trace = loading.decide(env=env)
+    trace = loading.decide(backend, env=env)
     if trace.probe is None or trace.probe.code != reasons.OK:
         why = trace.decision_reason if trace.probe is None else trace.probe.reason
         return [], f"no GPU to compile for: {why}", trace.decision_code if trace.probe is None else trace.probe.code
@@ -96,12 +99,12 @@ def warm(env: dict[str, str] | None = None) -> tuple[list[WarmResult], str | Non
     return results, None, reasons.OK
 
 
-def run(env: dict[str, str] | None = None) -> tuple[dict[str, Any], int]:
+def run(env: dict[str, str] | None = None, backend: str = "vector") -> tuple[dict[str, Any], int]:
     """The warmup report and its exit code."""
     env = dict(os.environ) if env is None else env
     d = cache_dir(env)
     before = _cache_bytes(d)
-    results, nothing, code = warm(env)
+    results, nothing, code = warm(env, backend)
     report: dict[str, Any] = {
         "cache_dir": str(d),
         "cache_problem": cache_problem(env),

@@ -5,6 +5,16 @@
  *   FAKE_CUDA_DEVICES        comma list of capabilities, e.g. "9.0,8.6" (default "9.0")
  *   FAKE_CUDA_MARKER         a file created when the library is loaded
  *   FAKE_CUDA_INIT_SLEEP_MS  cuInit sleeps this long first (a hung driver)
+ * Lies and failures (issue 18), each off unless set:
+ *   FAKE_CUDA_VERSION_ERROR  cuDriverGetVersion returns this error (and writes nothing)
+ *   FAKE_CUDA_ERROR_NAME     cuGetErrorName answers this string for every error (any bytes, e.g. not UTF-8)
+ *   FAKE_CUDA_COUNT          cuDeviceGetCount reports this many devices (e.g. 2147483647)
+ *   FAKE_CUDA_DEVICE_GET_ERROR cuDeviceGet fails with this error
+ *   FAKE_CUDA_ATTR_FAIL      cuDeviceGetAttribute of this attribute (75 major, 76 minor) fails with 1,
+ *                            after writing 0 into *value (as a driver may)
+ *   FAKE_CUDA_NAME           cuDeviceGetName answers this name (escape codes, newlines...)
+ * Compiled with -DFAKE_NO_UUID it lacks cuDeviceGetUuid and cuDeviceGetUuid_v2; with
+ * -DFAKE_NO_SYMBOLS it exports no CUDA entry point at all.
  * CUDA_VISIBLE_DEVICES is emulated as the driver does it inside cuInit: a comma
  * list of indices or GPU-UUID prefixes, ending at the first bad entry; "" -> none.
  * cuGetProcAddress answers with this library's own symbols.
@@ -16,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#ifndef FAKE_NO_SYMBOLS
 #define MAX_DEV 16
 typedef int CUresult;
 static int n_all, n_vis, vis[MAX_DEV], caps[MAX_DEV][2], inited;
@@ -86,24 +97,34 @@ CUresult cuInit(unsigned flags) {
     inited = 1;
     return n_vis ? 0 : 100; /* CUDA_ERROR_NO_DEVICE */
 }
+static int env_int(const char* name, int fallback) {
+    const char* e = getenv(name);
+    return e && *e ? atoi(e) : fallback;
+}
 CUresult cuDriverGetVersion(int* v) {
+    if (env_int("FAKE_CUDA_VERSION_ERROR", 0)) return env_int("FAKE_CUDA_VERSION_ERROR", 0);
     const char* e = getenv("FAKE_CUDA_DRIVER_VERSION");
     *v = e ? atoi(e) : 13000;
     return 0;
 }
 CUresult cuDeviceGetCount(int* n) {
     if (!inited) return 3; /* CUDA_ERROR_NOT_INITIALIZED */
-    *n = n_vis;
+    *n = env_int("FAKE_CUDA_COUNT", n_vis);
     return 0;
 }
 CUresult cuDeviceGet(int* dev, int ordinal) {
     if (!inited) return 3;
+    if (env_int("FAKE_CUDA_DEVICE_GET_ERROR", 0)) return env_int("FAKE_CUDA_DEVICE_GET_ERROR", 0);
     if (ordinal < 0 || ordinal >= n_vis) return 101; /* CUDA_ERROR_INVALID_DEVICE */
     *dev = ordinal;
     return 0;
 }
 CUresult cuDeviceGetAttribute(int* value, int attrib, int dev) {
     if (dev < 0 || dev >= n_vis) return 101;
+    if (attrib == env_int("FAKE_CUDA_ATTR_FAIL", -1)) {
+        *value = 0;
+        return 1; /* CUDA_ERROR_INVALID_VALUE */
+    }
     if (attrib == 75) *value = caps[vis[dev]][0];
     else if (attrib == 76) *value = caps[vis[dev]][1];
     else *value = 0;
@@ -111,6 +132,10 @@ CUresult cuDeviceGetAttribute(int* value, int attrib, int dev) {
 }
 CUresult cuDeviceGetName(char* name, int len, int dev) {
     if (dev < 0 || dev >= n_vis) return 101;
+    if (getenv("FAKE_CUDA_NAME")) {
+        snprintf(name, (size_t)len, "%s", getenv("FAKE_CUDA_NAME"));
+        return 0;
+    }
     snprintf(name, (size_t)len, "Fake GPU %d (CC %d.%d)", vis[dev], caps[vis[dev]][0], caps[vis[dev]][1]);
     return 0;
 }
@@ -119,13 +144,19 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, int dev) {
     *bytes = (size_t)16 << 30;
     return 0;
 }
+#ifndef FAKE_NO_UUID
 CUresult cuDeviceGetUuid_v2(unsigned char* uuid, int dev) {
     if (dev < 0 || dev >= n_vis) return 101;
     uuid_of(vis[dev], uuid);
     return 0;
 }
 CUresult cuDeviceGetUuid(unsigned char* uuid, int dev) { return cuDeviceGetUuid_v2(uuid, dev); }
+#endif
 CUresult cuGetErrorName(CUresult err, const char** s) {
+    if (getenv("FAKE_CUDA_ERROR_NAME")) {
+        *s = getenv("FAKE_CUDA_ERROR_NAME");
+        return 0;
+    }
     switch (err) {
         case 0: *s = "CUDA_SUCCESS"; return 0;
         case 3: *s = "CUDA_ERROR_NOT_INITIALIZED"; return 0;
@@ -153,3 +184,6 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, unsign
     if (status) *status = rc ? 1 : 0;
     return rc;
 }
+#else
+int fake_cuda_has_no_entry_points;
+#endif

@@ -1,7 +1,8 @@
 """scankit: an inclusive prefix sum on the best backend this machine has.
 
     import scankit
-    scankit.prefix_sum(x)          # x: any C-contiguous float32 buffer
+    scankit.prefix_sum(x)          # x: any C-contiguous float32 array (host or GPU)
+    scankit.segment_sum(x, 4096)   # x: float16/float32, n a multiple of the segment: one float32 sum each
     scankit.load().trace.text()    # which backend ran, and why
 
 The CUDA variants come with ``pip install 'scankit[cuda13]'`` (or ``[cuda12]``);
@@ -26,10 +27,19 @@ def load() -> cuplug.Backend:
     return cuplug.load(BACKEND)
 
 
-def prefix_sum(x: Any) -> Any:
-    """Inclusive prefix sum of a float32 array, on one shared instance."""
+def _shared() -> cuplug.Backend:
     global _backend
     with _lock:
         if _backend is None:
             _backend = load()
-    return _backend.run("prefix_sum", x)
+    return _backend
+
+
+def prefix_sum(x: Any) -> Any:
+    """Inclusive prefix sum of a float32 array, on one shared instance."""
+    return _shared().run("prefix_sum", x)
+
+
+def segment_sum(x: Any, segment: int = 4096) -> Any:
+    """float32 sums of consecutive ``segment``-element pieces of a float16/float32 array."""
+    return _shared().run("segment_sum", x, segment=segment)

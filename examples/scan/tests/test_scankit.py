@@ -25,7 +25,8 @@ def test_prefix_sum_matches_a_float64_reference(n):
 
 def test_the_backend_says_what_it_is():
     with scankit.load() as b:
-        assert b.ops == {"prefix_sum": (1, False)}
+        assert set(b.ops) == {"prefix_sum", "segment_sum"}
+        assert [r.multiple_of for r in b.ops["segment_sum"].size_rules] == [256]
         assert b.info()["backend"] == "scan"
         assert "decision" in b.trace.text() or b.trace.decision_reason
 
@@ -46,3 +47,25 @@ def test_doctor_knows_the_backend(tmp_path):
     )
     doc = json.loads(proc.stdout)
     assert doc["decision"]["backend"] == "scan" and doc["loaded"]["ok"], doc
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_segment_sum_from_float16_and_float32(dtype):
+    from cuplug.samples import HostBuffer  # cuplug's own host array: float16 without NumPy
+
+    n, segment = 3 * 4096, 4096
+    values = [float(i % 7 - 3) for i in range(n)]  # small integers: every order sums them exactly
+    x = HostBuffer(cuplug.dtypes.BY_NAME[dtype], (n,))
+    x.fill(values)
+    got = scankit.segment_sum(x, segment)
+    assert list(got) == [sum(values[k * segment : (k + 1) * segment]) for k in range(3)]
+
+
+def test_segment_sum_size_rule_is_checked_before_the_call():
+    with pytest.raises(cuplug.InvalidInputError, match=r"segment_sum: x has 1000 elements; it must have a multiple of 256"):
+        scankit.segment_sum(array.array("f", [1.0] * 1000), 256)
+
+
+def test_segment_sum_reports_its_own_message():
+    with pytest.raises(cuplug.InvalidInputError, match=r"segment must be a positive multiple of 256 dividing n=1024, got 300"):
+        scankit.segment_sum(array.array("f", [1.0] * 1024), 300)

@@ -4,9 +4,11 @@
                                     install a pinned toolchain into the user cache, print where
   variants  --cuda M --source DIR --out DIR [--backend NAME] [--matrix JSON] [--arch aarch64]
                                     build every variant with CMake, check it, write manifest.json
-  wheel     --build-dir DIR --name NAME --requires REQ --out DIR [--version V]
+  wheel     --build-dir DIR --name NAME --requires REQ --out DIR [--version V] [--variants]
                                     assemble a backend wheel (its arch from the manifest),
-                                    auditwheel-repair it, check it
+                                    auditwheel-repair it, check it;
+                                    --variants: also one PEP 825 variant wheel per dedicated SASS
+                                    variant (+ PTX), a `null` one (PTX) and <name>-<v>-variants.json
   repair    WHEEL --out DIR         auditwheel-repair a package's main wheel (its CPU twin), check it
   check     WHEEL...                the shipping gate (no libcuda/libcudart.so, RPATH, tags, manifest)
 
@@ -100,6 +102,21 @@ def cmd_wheel(args: argparse.Namespace) -> int:
         repaired = wheel.repair_wheel(raw, args.out, plat=wheel.target_plat(arch))
     wheel.check_wheels([repaired], _log)
     print(repaired)
+    if args.variants:
+        from . import variants
+
+        made = variants.build_variant_wheels(
+            args.build_dir,
+            args.out,
+            name=args.name,
+            version=version,
+            requires=args.requires or f"cuplug=={_version()}",
+            summary=args.summary,
+            log=_log,
+        )
+        wheel.check_wheels([m for m in made if m.suffix == ".whl"], _log)
+        for m in made:
+            print(m)
     return 0
 
 
@@ -151,6 +168,11 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--requires", help="Requires-Dist on the loader (default: cuplug==<this version>)")
     w.add_argument("--summary", default="")
     w.add_argument("--out", type=Path, default=Path("dist"))
+    w.add_argument(
+        "--variants",
+        action="store_true",
+        help="also write PEP 825 variant wheels (one per dedicated SASS variant, and null) and the index file",
+    )
     w.set_defaults(func=cmd_wheel)
     r = sub.add_parser("repair", help="auditwheel-repair a main wheel (manylinux_2_17, libcuda excluded), check it")
     r.add_argument("wheel", type=Path)

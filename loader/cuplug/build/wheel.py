@@ -177,8 +177,10 @@ def _rpath_inside(member: str, rpath: str) -> bool:
 
 
 def wheel_tags(name: str) -> tuple[str, str, list[str]]:
-    """(python tag, abi tag, platform tags) from a wheel file name."""
-    parts = name[: -len(".whl")].split("-")
+    """(python tag, abi tag, platform tags) from a wheel file name (a PEP 825 variant label ignored)."""
+    from .variants import split_label
+
+    parts = split_label(name)[0][: -len(".whl")].split("-")
     return parts[-3], parts[-2], parts[-1].split(".")
 
 
@@ -229,6 +231,9 @@ def check_wheel(wheel: Path, max_glibc: tuple[int, int] = (2, 17)) -> list[str]:
                 data = zf.read(member)
                 if len(data) != art["size"] or hashlib.sha256(data).hexdigest() != art["sha256"]:
                     problems.append(f"{member}: size/sha256 differ from {manifest_name} (changed after the build)")
+    from .variants import check_variant  # a variant wheel: its label, variant.json and properties
+
+    problems += check_variant(wheel)
     return problems
 
 

@@ -1,0 +1,150 @@
+"""DLPack and ``__cuda_array_interface__`` without a copy, through ctypes alone.
+
+Import: a producer's capsule (``"dltensor"`` or ``"dltensor_versioned"``) is read
+in place; its DLTensor is cuplug_tensor field for field, so the descriptor goes to
+C as it is. The capsule is never renamed: the producer's deleter runs when the
+capsule goes, after the call that used it.
+
+Export: a backend-owned tensor becomes a capsule whose manager context holds the
+Python tensor object, so the memory stays alive until the consumer calls the
+deleter (or drops an unconsumed capsule), whatever happens to the Backend.
+
+Why not NVIDIA's ``cuda.core`` (``StridedMemoryView``): measured in the README
+("DLPack reader"); in short, its import alone costs more than cuplug's whole
+decision, and this reader is a few dozen lines over a struct the ABI already has.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any
+
+from . import abi
+
+FLAG_READ_ONLY = 1 << 0  # DLPack 1.0 flags of a versioned tensor
+FLAG_IS_COPIED = 1 << 1
+
+_LEGACY = b"dltensor"
+_VERSIONED = b"dltensor_versioned"
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", abi.CTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+class DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [
+        ("version", DLPackVersion),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", abi.CTensor),
+    ]
+
+
+# Two views of the capsule API: one over Python objects, one over raw pointers (a capsule destructor
+# gets its capsule while it is being freed, and must not turn it back into an object).
+_obj_api = ctypes.PyDLL(None)
+_raw_api = ctypes.PyDLL(None)
+_obj_api.PyCapsule_IsValid.restype = ctypes.c_int
+_obj_api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_obj_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_obj_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_obj_api.PyCapsule_New.restype = ctypes.py_object
+_obj_api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_raw_api.PyCapsule_IsValid.restype = ctypes.c_int
+_raw_api.PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_raw_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_raw_api.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+
+
+class Imported:
+    """A producer's tensor, read in place: ``tensor`` (the DLTensor, a view into the producer's memory),
+    ``read_only``; valid while this object (which holds the capsule) lives."""
+
+    __slots__ = ("capsule", "tensor", "read_only")
+
+    def __init__(self, capsule: Any) -> None:
+        self.capsule = capsule
+        if _obj_api.PyCapsule_IsValid(capsule, _VERSIONED):
+            managed = DLManagedTensorVersioned.from_address(_obj_api.PyCapsule_GetPointer(capsule, _VERSIONED))
+            self.tensor = managed.dl_tensor
+            self.read_only = bool(managed.flags & FLAG_READ_ONLY)
+        elif _obj_api.PyCapsule_IsValid(capsule, _LEGACY):
+            self.tensor = DLManagedTensor.from_address(_obj_api.PyCapsule_GetPointer(capsule, _LEGACY)).dl_tensor
+            self.read_only = False
+        else:
+            raise TypeError("__dlpack__() did not return a DLPack capsule (or it was already consumed)")
+
+
+# ---- export
+_exports: dict[int, tuple[Any, Any, Any]] = {}  # manager_ctx -> (managed struct, shape array, owner)
+_exports_lock = threading.Lock()
+
+
+def _release(ctx: int) -> None:
+    with _exports_lock:
+        _exports.pop(ctx, None)
+
+
+@_DELETER
+def _delete_legacy(ptr: int) -> None:
+    _release(DLManagedTensor.from_address(ptr).manager_ctx)
+
+
+@_DELETER
+def _delete_versioned(ptr: int) -> None:
+    _release(DLManagedTensorVersioned.from_address(ptr).manager_ctx)
+
+
+@_DELETER
+def _capsule_gone(capsule: int) -> None:
+    # Still carrying its own name: no consumer took it, so its tensor is ours to release.
+    for name, deleter in ((_LEGACY, _delete_legacy), (_VERSIONED, _delete_versioned)):
+        if _raw_api.PyCapsule_IsValid(capsule, name):
+            deleter(_raw_api.PyCapsule_GetPointer(capsule, name))
+            return
+
+
+def export(
+    owner: Any,
+    data: int,
+    device: tuple[int, int],
+    dtype: abi.CDtype,
+    shape: tuple[int, ...],
+    versioned: bool,
+    read_only: bool = False,
+) -> Any:
+    """A capsule over ``data`` that keeps ``owner`` alive until the consumer's deleter call."""
+    ndim = len(shape)
+    shape_array = (ctypes.c_int64 * max(ndim, 1))(*shape)
+    managed: Any = DLManagedTensorVersioned() if versioned else DLManagedTensor()
+    t = managed.dl_tensor
+    t.data, t.device_type, t.device_id, t.ndim = data, device[0], device[1], ndim
+    t.dtype = dtype
+    t.shape = ctypes.cast(shape_array, ctypes.POINTER(ctypes.c_int64))
+    t.strides = None
+    t.byte_offset = 0
+    ctx = ctypes.addressof(managed)
+    managed.manager_ctx = ctx
+    if versioned:
+        managed.version.major, managed.version.minor = 1, 0
+        managed.flags = FLAG_READ_ONLY if read_only else 0
+        managed.deleter = ctypes.cast(_delete_versioned, ctypes.c_void_p)
+    else:
+        managed.deleter = ctypes.cast(_delete_legacy, ctypes.c_void_p)
+    with _exports_lock:
+        _exports[ctx] = (managed, shape_array, owner)
+    return _obj_api.PyCapsule_New(ctx, _VERSIONED if versioned else _LEGACY, ctypes.cast(_capsule_gone, ctypes.c_void_p))
+
+
+def live_exports() -> int:
+    """How many exported tensors a consumer still holds (for tests and leak checks)."""
+    with _exports_lock:
+        return len(_exports)

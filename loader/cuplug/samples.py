@@ -1,0 +1,106 @@
+"""Sample calls from op signatures: what ``cuplug probe`` and ``cuplug warmup`` run on any backend.
+
+An op's sample is derived from its signature alone (``sample_n`` elements, float32
+where the op takes it, the declared attribute defaults), filled with small
+multiples of 1/4 that every dtype holds exactly and every summation order adds
+exactly; so a CUDA result can be compared with the CPU twin's bit for bit, and a
+float result within 1e-3 of the largest magnitude where an op's math differs.
+No NumPy: host memory is cuplug's own, exported through DLPack.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from typing import Any
+
+from . import abi, dlpack, dtypes
+from .signature import OpSignature
+
+
+class HostBuffer:
+    """Host memory of one dtype and shape, readable by any backend through DLPack."""
+
+    def __init__(self, dt: dtypes.DType, shape: tuple[int, ...]) -> None:
+        self.dtype = dt
+        self.shape = shape
+        n = 1
+        for d in shape:
+            n *= d
+        self.n = n
+        self.raw = (ctypes.c_char * max(n * dt.itemsize, 1))()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (dtypes.DEVICE_CPU, 0)
+
+    def __dlpack__(self, stream: Any = None, max_version: Any = None, **_: Any) -> Any:
+        versioned = max_version is not None and tuple(max_version) >= (1, 0)
+        return dlpack.export(
+            self, ctypes.addressof(self.raw), self.__dlpack_device__(), abi.CDtype(self.dtype.code, self.dtype.bits, 1),
+            self.shape, versioned,
+        )
+
+    def values(self) -> list[float]:
+        """The elements as Python numbers (float16 and bfloat16 decoded from their bits)."""
+        data = bytes(self.raw)[: self.n * self.dtype.itemsize]
+        if self.dtype.name == "bfloat16":
+            bits = struct.unpack(f"<{self.n}H", data)
+            return [struct.unpack("<f", struct.pack("<I", b << 16))[0] for b in bits]
+        return list(struct.unpack(f"<{self.n}{self.dtype.format}", data))
+
+    def fill(self, values: list[float]) -> None:
+        if self.dtype.name == "bfloat16":  # the values are exact in bfloat16: truncating the float32 bits is exact
+            data = b"".join(struct.pack("<H", struct.unpack("<I", struct.pack("<f", v))[0] >> 16) for v in values)
+        else:
+            data = struct.pack(f"<{len(values)}{self.dtype.format}", *(int(v) if not self.dtype.is_float else v for v in values))
+        ctypes.memmove(self.raw, data, len(data))
+
+
+def _pattern(dt: dtypes.DType, n: int) -> list[float]:
+    if dt.is_float:
+        return [((i % 13) - 6) * 0.25 for i in range(n)]
+    if dt.code == dtypes.DL_UINT:
+        return [float(i % 13) for i in range(n)]
+    return [float((i % 13) - 6) for i in range(n)]
+
+
+def sample_inputs(sig: OpSignature) -> tuple[list[HostBuffer], dict[str, Any]]:
+    """Host inputs and attributes for one call of ``sig``: ``sample_n`` elements each, 1-D, except inputs
+    whose signature gives their shape (e.g. per-block scales)."""
+    inputs: list[HostBuffer] = []
+    values = {name: value for name, _, value in sig.attr_values({})}
+    for i, inp in enumerate(sig.inputs):
+        dt = inputs[inp.like].dtype if inp.like is not None and inp.like < i else sig.sample_dtype(i)
+        shape: tuple[int, ...] = (sig.sample_n,)
+        if inp.shape_rule is not None:  # e.g. per-block scales: their count follows from input k
+            shape = sig._rule_shape(inp.shape_rule, [(b.dtype, b.shape) for b in inputs], values)
+        buf = HostBuffer(dt, shape)
+        buf.fill(_pattern(dt, buf.n))
+        inputs.append(buf)
+    return inputs, {}
+
+
+def run_sample(backend: Any, sig: OpSignature) -> list[HostBuffer]:
+    """One call of the op's sample on ``backend``; the outputs, in host memory."""
+    inputs, attrs = sample_inputs(sig)
+    specs = [(b.dtype, b.shape) for b in inputs]
+    outs = [HostBuffer(dt, shape) for dt, shape in sig.output_specs(specs, sig.attr_values(attrs))]
+    backend.run(sig.name, *inputs, out=tuple(outs) if len(outs) > 1 else outs[0], **attrs)
+    return outs
+
+
+def compare(got: list[HostBuffer], want: list[HostBuffer]) -> str | None:
+    """None when each output agrees (bits for integers, 1e-3 of the largest magnitude for floats)."""
+    for k, (g, w) in enumerate(zip(got, want)):
+        if not g.dtype.is_float:
+            if bytes(g.raw) != bytes(w.raw):
+                gv, wv = g.values(), w.values()
+                i = next(j for j in range(len(gv)) if gv[j] != wv[j])
+                return f"output {k}: element {i} is {gv[i]}, the CPU twin gives {wv[i]}"
+            continue
+        gv, wv = g.values(), w.values()
+        scale = max([1.0] + [abs(v) for v in wv])
+        for i, (a, b) in enumerate(zip(gv, wv)):
+            if not abs(a - b) <= 1e-3 * scale:
+                return f"output {k}: element {i} is {a}, the CPU twin gives {b}"
+    return None

@@ -1,0 +1,213 @@
+"""Op signatures as data: parsed from a backend's ping JSON ("ops", see backends/common/cuplug_ops.h).
+
+Python checks every call against them before anything reaches C (counts, dtypes,
+shapes, attributes, size rules) and derives each output's dtype and shape from
+them, so results are allocated here, never guessed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from . import dtypes
+from .errors import InvalidInputError
+
+Shape = tuple[int, ...]
+
+
+def _numel(shape: Shape) -> int:
+    return math.prod(shape)
+
+
+class Input:
+    __slots__ = ("name", "dtypes", "like", "shape_rule")
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.name = str(spec.get("name", "x"))
+        like = spec.get("like")
+        self.like: int | None = int(like) if like is not None else None
+        self.dtypes = tuple(dtypes.BY_NAME[n] for n in spec.get("dtypes", ()) if n in dtypes.BY_NAME)
+        self.shape_rule: dict[str, Any] | None = dict(spec["shape"]) if isinstance(spec.get("shape"), dict) else None
+
+
+class Output:
+    __slots__ = ("name", "dtype_rule", "shape_rule")
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.name = str(spec.get("name", "out"))
+        self.dtype_rule: dict[str, Any] = dict(spec.get("dtype") or {"like": 0})
+        self.shape_rule: dict[str, Any] = dict(spec.get("shape") or {"like": 0})
+
+
+class Attr:
+    __slots__ = ("name", "kind", "default")
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.name = str(spec["name"])
+        self.kind = "int64" if spec.get("kind") == "int64" else "float64"
+        default = spec.get("default", 0)
+        self.default: int | float = int(default) if self.kind == "int64" else float(default)
+
+
+class SizeRule:
+    __slots__ = ("input", "multiple_of", "min", "max")
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.input = int(spec.get("input", 0))
+        self.multiple_of = int(spec.get("multiple_of") or 0)
+        self.min = int(spec.get("min") or 0)
+        self.max = int(spec.get("max") or 0)
+
+    def __str__(self) -> str:
+        parts = []
+        if self.multiple_of:
+            parts.append(f"a multiple of {self.multiple_of}")
+        if self.min:
+            parts.append(f"at least {self.min}")
+        if self.max:
+            parts.append(f"at most {self.max}")
+        return " and ".join(parts)
+
+
+class OpSignature:
+    """One op: ``inputs``, ``outputs``, ``attrs``, ``size_rules``, ``elementwise``, ``sample_n``."""
+
+    def __init__(self, name: str, spec: dict[str, Any]) -> None:
+        self.name = name
+        self.inputs = [Input(s) for s in spec.get("inputs", ())]
+        self.outputs = [Output(s) for s in spec.get("outputs", ())]
+        self.attrs = [Attr(s) for s in spec.get("attrs", ())]
+        self.size_rules = [SizeRule(s) for s in spec.get("size_rules", ())]
+        self.elementwise = bool(spec.get("elementwise", False))
+        self.sample_n = int(spec.get("sample_n") or 1024)
+        for i, inp in enumerate(self.inputs):  # "like" inputs take their model's dtypes
+            if inp.like is not None and not inp.dtypes and 0 <= inp.like < i:
+                inp.dtypes = self.inputs[inp.like].dtypes
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{i.name}: {'|'.join(d.name for d in i.dtypes)}" for i in self.inputs)
+        outs = ", ".join(o.name for o in self.outputs)
+        attrs = "".join(f", {a.name}={a.default!r}" for a in self.attrs)
+        return f"{self.name}({ins}{attrs}) -> ({outs})"
+
+    # ---- checks, before anything reaches C
+    def check_inputs(
+        self, specs: list[tuple[dtypes.DType, Shape]], attrs: list[tuple[str, str, int | float]] | None = None
+    ) -> None:
+        """``specs``: (dtype, shape) per input; ``attrs`` from attr_values() (defaults if None).
+        Raises InvalidInputError naming the op and the operand."""
+        if len(specs) != len(self.inputs):
+            names = ", ".join(i.name for i in self.inputs)
+            raise InvalidInputError(f"{self.name} takes {len(self.inputs)} input(s) ({names}), got {len(specs)}")
+        for i, (inp, (dt, shape)) in enumerate(zip(self.inputs, specs)):
+            if inp.like is not None and 0 <= inp.like < len(specs):
+                model = self.inputs[inp.like]
+                mdt, mshape = specs[inp.like]
+                if dt is not mdt or shape != mshape:
+                    what = "lengths differ" if _numel(shape) != _numel(mshape) else "dtypes or shapes differ"
+                    raise InvalidInputError(
+                        f"{self.name}: {inp.name} must match {model.name} in dtype and shape ({what}): "
+                        f"{inp.name} is {dt.name}{list(shape)}, {model.name} is {mdt.name}{list(mshape)}"
+                    )
+            elif dt not in inp.dtypes:
+                allowed = ", ".join(d.name for d in inp.dtypes)
+                raise InvalidInputError(f"{self.name}: {inp.name} (input {i}) is {dt.name}; it takes {allowed}")
+        values = {name: value for name, _, value in (attrs if attrs is not None else self.attr_values({}))}
+        for i, inp in enumerate(self.inputs):
+            if inp.shape_rule is not None:
+                want = self._rule_shape(inp.shape_rule, specs, values)
+                if specs[i][1] != want:
+                    raise InvalidInputError(
+                        f"{self.name}: {inp.name} has shape {list(specs[i][1])}; it must be {list(want)}"
+                    )
+        for rule in self.size_rules:
+            if not 0 <= rule.input < len(specs):
+                continue
+            n = _numel(specs[rule.input][1])
+            name = self.inputs[rule.input].name
+            if (
+                (rule.multiple_of and n % rule.multiple_of)
+                or (rule.min and n < rule.min)
+                or (rule.max and n > rule.max)
+            ):
+                raise InvalidInputError(f"{self.name}: {name} has {n} elements; it must have {rule}")
+
+    def attr_values(self, given: dict[str, Any]) -> list[tuple[str, str, int | float]]:
+        """(name, kind, value) per declared attribute, defaults filled; unknown or ill-typed ones raise."""
+        known = {a.name for a in self.attrs}
+        unknown = sorted(set(given) - known)
+        if unknown:
+            listed = ", ".join(sorted(known)) or "none"
+            raise InvalidInputError(f"{self.name}: unknown attribute(s) {', '.join(unknown)}; it takes {listed}")
+        values: list[tuple[str, str, int | float]] = []
+        for a in self.attrs:
+            v = given.get(a.name, a.default)
+            try:
+                if isinstance(v, (bool, str, bytes)):
+                    raise TypeError
+                fv = float(v)
+            except (TypeError, ValueError):
+                raise InvalidInputError(f"{self.name}: attribute {a.name} must be a number, got {v!r}") from None
+            if a.kind == "float64":
+                values.append((a.name, a.kind, fv))
+                continue
+            if hasattr(v, "__index__"):
+                iv = v.__index__()
+            elif fv.is_integer():
+                iv = int(fv)
+            else:
+                raise InvalidInputError(f"{self.name}: attribute {a.name} is an integer, got {v!r}")
+            if not -(1 << 63) <= iv < (1 << 63):
+                raise InvalidInputError(f"{self.name}: attribute {a.name}={iv} does not fit in int64")
+            values.append((a.name, a.kind, iv))
+        return values
+
+    def output_specs(
+        self, specs: list[tuple[dtypes.DType, Shape]], attrs: list[tuple[str, str, int | float]]
+    ) -> list[tuple[dtypes.DType, Shape]]:
+        """Each output's (dtype, shape) from its rules."""
+        values = {name: value for name, _, value in attrs}
+        result = []
+        for out in self.outputs:
+            dr, sr = out.dtype_rule, out.shape_rule
+            if "fixed" in dr:
+                dt = dtypes.BY_NAME[dr["fixed"]]
+            else:
+                src = specs[int(dr.get("accum_of", dr.get("like", 0)))][0]
+                dt = dtypes.BY_NAME["int64"] if "accum_of" in dr and not src.is_float else src
+            result.append((dt, self._rule_shape(sr, specs, values)))
+        return result
+
+    def _rule_shape(self, rule: dict[str, Any], specs: list[tuple[dtypes.DType, Shape]], values: dict[str, Any]) -> Shape:
+        """The shape a rule gives: like input k, a scalar, ceil(numel(k) / attr), or attr elements."""
+        if rule.get("scalar"):
+            return ()
+        if "blocks_of" in rule:
+            block = int(values.get(str(rule.get("attr")), 0))
+            if block <= 0:
+                raise InvalidInputError(f"{self.name}: attribute {rule.get('attr')} must be > 0, got {block}")
+            return (-(-_numel(specs[int(rule["blocks_of"])][1]) // block),)
+        if "attr" in rule:
+            return (int(values.get(str(rule["attr"]), 0)),)
+        return specs[int(rule.get("like", 0))][1]
+
+    def sample_dtype(self, index: int) -> dtypes.DType:
+        """The dtype a sample input uses: float32 where allowed, else the first allowed."""
+        allowed = self.inputs[index].dtypes
+        return dtypes.BY_NAME["float32"] if dtypes.BY_NAME["float32"] in allowed else allowed[0]
+
+
+def parse(ops: object) -> dict[str, OpSignature]:
+    """The "ops" object of a ping; raises ValueError on a malformed one (the loader turns that into a reason)."""
+    if not isinstance(ops, dict):
+        raise ValueError(f"'ops' must be an object, got {type(ops).__name__}")
+    result = {}
+    for name, spec in ops.items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("inputs", []), list):
+            raise ValueError(f"op {name!r}: malformed signature")
+        try:
+            result[str(name)] = OpSignature(str(name), spec)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"op {name!r}: malformed signature ({exc})") from exc
+    return result

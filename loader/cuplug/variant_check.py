@@ -1,0 +1,246 @@
+"""Which variant wheel of a backend is installed, and whether the installer's choice still fits the device.
+
+An installer with wheel-variant support (uv 0.13.8 with ``--preview-features
+wheel-variants``) picks a backend wheel for the machine it runs on: ``sm90`` for
+an H200, ``null`` (PTX only) where no variant matched. The environment can
+outlive that choice (copied to another GPU, a driver downgrade). ``check`` tells,
+from the installed distribution's ``*.dist-info/variant.json`` (PEP 825; absent
+for the all-variant wheel) and the probed device, what was installed and what
+the loader will do with it now. It never raises: an unreadable file is a status.
+
+The loader itself needs none of this: it reads the package's manifest, which
+lists what the wheel holds, and falls through (SASS -> PTX JIT -> next
+package -> CPU) as always. This module only explains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from .manifest import ENTRY_POINT_GROUP
+
+NULL_LABEL = "null"
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantStatus:
+    distribution: str  # e.g. "cuplug_cuda13"
+    version: str
+    label: str | None  # None: not a variant wheel (the all-variant wheel)
+    properties: tuple[str, ...]  # "nvidia :: sm_arch :: 90_real", ...
+    code: str  # plain | fits | fallthrough | no-fit | no-device | unreadable
+    reason: str
+    fallthrough: str | None = None  # what the loader will use instead: "ptx compute_75", "cpu", ...
+
+    @property
+    def fits(self) -> bool | None:
+        """True: the variant's own SASS serves this device; False: it does not; None: nothing to judge."""
+        return {"fits": True, "fallthrough": False, "no-fit": False}.get(self.code)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "properties": list(self.properties), "fits": self.fits}
+
+
+def _flat(props: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(
+        f"{ns} :: {f} :: {v}" for ns, feats in sorted(props.items()) for f, vs in sorted(feats.items()) for v in vs
+    )
+
+
+def _cc(value: str) -> tuple[int, int, str] | None:
+    """'90_real' / 'compute_75' / 'sm_90a' -> (9, 0, 'a'); None when not an arch."""
+    m = re.fullmatch(r"(?:sm_|compute_)?(\d+?)(\d)([af]?)(?:_real|_virtual)?", value)
+    return (int(m.group(1)), int(m.group(2)), m.group(3)) if m else None
+
+
+def _driver(value: str) -> int | None:
+    """'12.4' -> 12040."""
+    m = re.fullmatch(r"(\d+)\.(\d+)", value)
+    return int(m.group(1)) * 1000 + int(m.group(2)) * 10 if m else None
+
+
+def _driver_str(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def _facts_from_manifest(package_dir: Path | None) -> tuple[list[str], list[str], int | None]:
+    """(sm_XX list, compute_XX list, max min_driver) of the installed package's manifest."""
+    try:
+        data = json.loads(((package_dir or Path("/nonexistent")) / "manifest.json").read_text())
+        arts = data.get("artifacts", [])
+        return (
+            sorted({s for a in arts for s in a.get("sass", [])}),
+            sorted({p for a in arts for p in a.get("ptx", [])}),
+            max((int(a["min_driver"]) for a in arts), default=None),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return [], [], None
+
+
+def check(
+    dist_info: Path,
+    capability: tuple[int, int] | None,
+    driver_version: int | None,
+    package_dir: Path | None = None,
+) -> VariantStatus:
+    """What is installed from ``dist_info`` and how it fits a device of ``capability`` under ``driver_version``.
+
+    ``package_dir`` (the backend package beside the dist-info) supplies the manifest for the
+    ``null`` variant, which by PEP 825 has no properties; default: found from the dist-info's RECORD.
+    """
+    dist_info = Path(dist_info)
+    dist, _, version = dist_info.name[: -len(".dist-info")].partition("-")
+    if package_dir is None:
+        package_dir = _package_dir(dist_info)
+    vpath = dist_info / "variant.json"
+    if not vpath.is_file():
+        return VariantStatus(
+            dist, version, None, (), "plain",
+            "the all-variant wheel (installed by an installer without wheel variants, or asked for by name): "
+            "the loader chooses among all of its variants",
+        )  # fmt: skip
+    try:
+        doc = json.loads(vpath.read_text())
+        ((label, props),) = doc["variants"].items()
+        flat = _flat(props)
+        feats = props.get("nvidia", {})
+        real = [c for c in map(_cc, [v for v in feats.get("sm_arch", []) if v.endswith("_real")]) if c]
+        virtual = [c for c in map(_cc, [v for v in feats.get("sm_arch", []) if v.endswith("_virtual")]) if c]
+        bounds = [b for b in map(_driver, feats.get("cuda_version_lower_bound", [])) if b is not None]
+        need = max(bounds) if bounds else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return VariantStatus(dist, version, None, (), "unreadable", f"{vpath}: {exc.__class__.__name__}: {exc}")
+    if label == NULL_LABEL:  # zero properties by definition: judge by what the manifest lists
+        sass, ptx, need = _facts_from_manifest(package_dir)
+        real = [c for c in map(_cc, sass) if c]
+        virtual = [c for c in map(_cc, ptx) if c]
+    what = f"variant {label}" + (f" ({', '.join(flat)})" if flat else " (no properties: PTX only)")
+    if capability is None:
+        return VariantStatus(dist, version, label, flat, "no-device", f"{what}; no CUDA device to check it against")
+    cc = f"{capability[0]}.{capability[1]}"
+    reinstall = (
+        f"reinstall it on this machine to get the matching variant "
+        f"(uv pip install --preview-features wheel-variants --reinstall-package {dist.replace('_', '-')} ...)"
+    )
+    if need is not None and driver_version is not None and driver_version < need:
+        return VariantStatus(
+            dist, version, label, flat, "no-fit",
+            f"{what} needs a driver for CUDA >= {_driver_str(need)}; this driver is {_driver_str(driver_version)}: "
+            f"nothing in it can load; the loader falls through to another backend package or the CPU; {reinstall} "
+            "or update the driver",
+            "another package or cpu",
+        )  # fmt: skip
+    sass_ok = [
+        c for c in real if c[0] == capability[0] and c[1] <= capability[1] and (not c[2] or c[1] == capability[1])
+    ]
+    if sass_ok:
+        best = max(sass_ok)
+        exact = "exact" if best[1] == capability[1] else "same-major"
+        return VariantStatus(
+            dist, version, label, flat, "fits", f"{what}: {exact} SASS sm_{best[0]}{best[1]}{best[2]} for CC {cc}"
+        )
+    ptx_ok = [c for c in virtual if (c[0], c[1]) <= capability and not c[2]]
+    if label == NULL_LABEL and ptx_ok:
+        p = max(ptx_ok)
+        return VariantStatus(
+            dist, version, label, flat, "fits",
+            f"{what}: PTX compute_{p[0]}{p[1]} JIT-compiled for CC {cc} (no variant wheel matched this machine "
+            "when it was installed; `cuplug warmup` fills the JIT cache)",
+            f"ptx compute_{p[0]}{p[1]}",
+        )  # fmt: skip
+    built_for = ", ".join(f"sm_{c[0]}{c[1]}{c[2]}" for c in real) or "no SASS"
+    if ptx_ok:
+        p = max(ptx_ok)
+        return VariantStatus(
+            dist, version, label, flat, "fallthrough",
+            f"{what} was chosen for another GPU: its {built_for} cannot run on CC {cc}; the loader falls through "
+            f"to its PTX compute_{p[0]}{p[1]} (JIT, slower first launch); {reinstall}",
+            f"ptx compute_{p[0]}{p[1]}",
+        )  # fmt: skip
+    return VariantStatus(
+        dist, version, label, flat, "no-fit",
+        f"{what} was chosen for another GPU: its {built_for} cannot run on CC {cc} and it has no PTX this device "
+        f"can JIT; the loader falls through to another backend package or the CPU; {reinstall}",
+        "another package or cpu",
+    )  # fmt: skip
+
+
+def _package_dir(dist_info: Path) -> Path | None:
+    """The backend package a dist-info installed: its cuplug.backends entry point's module, beside it."""
+    try:
+        text = (dist_info / "entry_points.txt").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    section = None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip()
+        elif section == ENTRY_POINT_GROUP and "=" in line:
+            module = line.partition("=")[2].strip()
+            return dist_info.parent / module.replace(".", "/")
+    return None
+
+
+def backend_dist_infos(paths: list[str] | None = None) -> list[Path]:
+    """The dist-info of every installed distribution registering a ``cuplug.backends`` entry point
+    (first on sys.path wins, as for the loader)."""
+    seen: set[str] = set()
+    found = []
+    for entry in sys.path if paths is None else paths:
+        try:
+            names = sorted(os.listdir(entry or "."))
+        except OSError:
+            continue
+        for meta in names:
+            if not meta.endswith(".dist-info"):
+                continue
+            dist = re.sub(r"[-_.]+", "_", meta.split("-")[0]).lower()
+            if dist in seen:
+                continue
+            seen.add(dist)
+            path = Path(entry or ".") / meta
+            if _package_dir(path) is not None:
+                found.append(path)
+    return found
+
+
+def report(
+    probe: Any, device: int | None = 0, paths: list[str] | None = None, packages: Any = None
+) -> list[dict[str, Any]]:
+    """One ``VariantStatus.to_json()`` per installed backend distribution, for ``cuplug doctor``.
+
+    ``probe`` is a ``cuplug.driver.ProbeResult`` (or anything with ``devices`` and ``driver_version``;
+    None: no device); ``device`` is the index of the device the loader will use (None: the first);
+    ``packages``, if given, limits the report to those package directories (``trace.packages``:
+    objects with ``.directory``, or paths), i.e. to the backend doctor was asked about.
+    """
+    devices = list(getattr(probe, "devices", ()) or ())
+    dev = next((d for d in devices if getattr(d, "index", None) == device), devices[0] if devices else None)
+    cap = tuple(dev.capability) if dev is not None else None
+    wanted = None
+    if packages is not None:
+        wanted = {Path(getattr(p, "directory", p)).resolve() for p in packages}
+    out = []
+    for di in backend_dist_infos(paths):
+        if wanted is not None and (_package_dir(di) or Path("/nonexistent")).resolve() not in wanted:
+            continue
+        try:
+            status = check(di, cap, getattr(probe, "driver_version", None))  # type: ignore[arg-type]
+        except Exception as exc:
+            status = VariantStatus(di.name, "", None, (), "unreadable", f"{exc.__class__.__name__}: {exc}")
+        out.append(status.to_json())
+    return out
+
+
+def format_report(rows: list[dict[str, Any]]) -> list[str]:
+    """Doctor's text lines, e.g. ``variant wheel cuplug_cuda13: sm90 fits — exact SASS sm_90 for CC 9.0``."""
+    return [
+        f"variant wheel {r['distribution']}: {r['label'] or 'all-variant'} {r['code']} - {r['reason']}" for r in rows
+    ]

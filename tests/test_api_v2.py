@@ -1,0 +1,406 @@
+"""ABI v2 through the Python API on the real CPU twin: every dtype x op against NumPy/PyTorch, signature
+checks, DLPack import/export (NumPy, PyTorch CPU), lifetimes, copies, fork."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import os
+import pickle
+import threading
+import weakref
+
+import numpy as np
+import pytest
+
+import cuplug
+from cuplug import dlpack, signature
+
+torch = pytest.importorskip("torch")
+
+FLOATS = ["float16", "float32", "float64"]
+INTS = ["int8", "uint8", "int32", "int64"]
+
+
+@pytest.fixture(autouse=True)
+def cpu_only(monkeypatch):
+    for var in ("CUPLUG_DISABLE_CUDA", "BACKEND_CUDA_DISABLE", "CUPLUG_REQUIRE_CUDA", "CUPLUG_DEVICE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("CUPLUG_BACKEND", "cpu")
+
+
+@pytest.fixture
+def b():
+    with cuplug.load() as backend:
+        yield backend
+
+
+def _random(dtype: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if dtype in INTS:
+        info = np.iinfo(dtype)
+        return np.asarray(rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True))
+    return np.asarray(rng.standard_normal(shape) * 8).astype(dtype)
+
+
+def _scale_add_ref(x: np.ndarray, alpha: float, beta: float) -> np.ndarray:
+    """PyTorch's x * alpha + beta: two roundings in the op's math type (float32 for float16)."""
+    if x.dtype.kind in "iu":
+        return (x.astype(np.int64) * int(alpha) + int(beta)).astype(x.dtype)
+    math = np.float64 if x.dtype == np.float64 else np.float32
+    t = (x.astype(math) * math(alpha)).astype(x.dtype)
+    return (t.astype(math) + math(beta)).astype(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS)
+@pytest.mark.parametrize("shape", [(1,), (1000,), (3, 5, 7), ()])
+def test_every_dtype_and_op_matches_numpy(b, dtype, shape):
+    x, y = _random(dtype, shape, 1), _random(dtype, shape, 2)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(b.run("add", x, y), (x + y).astype(dtype))
+        alpha, beta = (3, -7) if dtype in INTS else (1.7, -0.3)
+        got = b.run("scale_add", x, alpha=alpha, beta=beta)
+        assert got.dtype == np.dtype(dtype) and got.shape == shape
+        np.testing.assert_array_equal(got, _scale_add_ref(x, alpha, beta))
+    total = b.run("sum", x)
+    if dtype in INTS:
+        assert isinstance(total, int)
+        assert total == int(np.sum(x.astype(np.int64)))  # int64 accumulation, wrapping like NumPy's
+    else:
+        ref = float(np.sum(x.astype(np.float64)))
+        tol = {"float16": 2e-3, "float32": 1e-6, "float64": 1e-12}[dtype]
+        assert total == pytest.approx(ref, rel=tol, abs=tol * float(np.sum(np.abs(x.astype(np.float64)))))
+
+
+def test_integer_add_wraps_like_numpy(b):
+    x = np.array([127, -128, 100], dtype=np.int8)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(b.run("add", x, x), x + x)
+    assert b.run("sum", np.full(3, 2**62, dtype=np.int64)) == int(np.sum(np.full(3, 2**62, dtype=np.int64)))
+
+
+def _bf16_round(x32: torch.Tensor) -> torch.Tensor:
+    return x32.to(torch.bfloat16)
+
+
+def test_bfloat16_via_pytorch_cpu_tensors(b):
+    """bfloat16 has no buffer-protocol format: PyTorch CPU tensors come in through DLPack and results are
+    PyTorch tensors, bit-exact against PyTorch's own float32-then-round arithmetic."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(4097, generator=g) * 8).to(torch.bfloat16)
+    y = (torch.randn(4097, generator=g) * 8).to(torch.bfloat16)
+    got = b.run("add", x, y)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.bfloat16
+    assert torch.equal(got, x + y)
+    ref = _bf16_round(_bf16_round(x.float() * 1.5).float() + 0.25)
+    assert torch.equal(b.run("scale_add", x, alpha=1.5, beta=0.25), ref)
+    assert b.run("sum", x) == pytest.approx(float(x.double().sum()), rel=1e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64, torch.int8, torch.int32])
+def test_pytorch_cpu_tensors_match_pytorch(b, dtype):
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(2, 300, generator=g) * 50).to(dtype)
+    y = (torch.randn(2, 300, generator=g) * 50).to(dtype)
+    assert torch.equal(b.run("add", x, y), x + y)
+
+
+# ---- signature checks: each a clear error before anything reaches C
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        (("add", np.ones(3, np.float32), np.ones(3, np.float64)), {}, r"y must match x.*float64"),
+        (("add", np.ones((4, 4), np.float32)[:, ::2], np.ones((4, 2), np.float32)), {}, "C-contiguous"),
+        (("add", np.ones(3, np.float32), np.ones(4, np.float32)), {}, "lengths differ"),
+        (("add", np.ones(3, np.float32)), {}, "takes 2"),
+        (("sum", [1.0, 2.0]), {}, "expected an array"),
+        (("sum", np.ones(3, np.complex64)), {}, "not a dtype cuplug knows"),
+        (("sum", np.ones(3, bool)), {}, "not a dtype cuplug knows"),
+        (("add", np.ones(3, np.float32), np.ones(3, np.float32)), {"out": np.ones(2, np.float32)}, "out has 2"),
+        (("add", np.ones(3, np.float32), np.ones(3, np.float32)), {"out": np.ones(3, np.float64)}, "must be float32"),
+        (("scale_add", np.ones(3, np.float32)), {"gamma": 1.0}, r"unknown attribute.*gamma.*alpha, beta"),
+        (("scale_add", np.ones(3, np.float32)), {"alpha": "2"}, "must be a number"),
+        (("scale_add", np.ones(3, np.int32)), {"alpha": 0.5}, r"integral|integer"),
+        (("add", np.ones(3, np.float32), np.ones(3, np.float32)), {"out": (np.ones(3), np.ones(3))}, "1 output"),
+    ],
+)
+def test_bad_input_is_a_clear_error(b, args, kwargs, match):
+    with pytest.raises(cuplug.InvalidInputError, match=match):
+        b.run(*args, **kwargs)
+
+
+def test_read_only_out_is_refused(b):
+    out = np.zeros(3, np.float32)
+    out.flags.writeable = False
+    with pytest.raises(cuplug.InvalidInputError, match="read-only"):
+        b.run("add", np.ones(3, np.float32), np.ones(3, np.float32), out=out)
+
+
+def test_out_is_written_and_returned(b):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out = np.empty_like(x)
+    assert b.run("add", x, x, out=out) is out
+    np.testing.assert_array_equal(out, x + x)
+
+
+def test_sum_honours_out(b):
+    out = np.zeros((), np.float32)
+    assert b.run("sum", np.ones(5, np.float32), out=out) is out and float(out) == 5.0
+
+
+def test_non_contiguous_pytorch_tensor_names_the_fix(b):
+    x = torch.ones(4, 4).t()
+    with pytest.raises(cuplug.InvalidInputError, match=r"contiguous\(\)"):
+        b.run("sum", x)
+
+
+class _FakeCudaArray:
+    """A CUDA array as CuPy/Numba present it; its pointer is never touched by the CPU backend."""
+
+    __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (0xDEAD0000, False), "version": 3}
+
+
+class _FakeDLPackCuda:
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("the CPU backend must refuse before asking for the capsule")
+
+
+@pytest.mark.parametrize("operand", [_FakeCudaArray(), _FakeDLPackCuda()])
+def test_cuda_tensor_to_the_cpu_backend_is_refused_naming_both_sides(b, operand):
+    with pytest.raises(cuplug.InvalidInputError, match=r"(?is)cuda.*CPU backend.*x\.cpu\(\)"):
+        b.run("sum", operand)
+
+
+def test_signatures_are_data(b):
+    add = b.ops["add"]
+    assert [i.name for i in add.inputs] == ["x", "y"] and add.elementwise
+    assert {d.name for d in add.inputs[0].dtypes} >= {"float16", "bfloat16", "float32", "int8", "int64"}
+    assert [a.name for a in b.ops["scale_add"].attrs] == ["alpha", "beta"]
+    assert not b.ops["sum"].elementwise
+    assert "add(" in repr(add)
+
+
+def test_size_rules_are_checked_in_python_naming_op_and_rule():
+    sig = signature.OpSignature(
+        "layernorm",
+        {
+            "inputs": [{"name": "x", "dtypes": ["float32"]}],
+            "outputs": [{"name": "y", "dtype": {"like": 0}, "shape": {"like": 0}}],
+            "size_rules": [{"input": 0, "multiple_of": 4096, "min": 4096, "max": None}],
+        },
+    )
+    f32 = cuplug.dtypes.BY_NAME["float32"]
+    sig.check_inputs([(f32, (8192,))])
+    for n in (1000, 0, 4097):
+        with pytest.raises(cuplug.InvalidInputError, match=rf"layernorm: x has {n} elements.*multiple of 4096"):
+            sig.check_inputs([(f32, (n,))])
+
+
+def test_output_rules_from_attributes():
+    sig = signature.OpSignature(
+        "quant",
+        {
+            "inputs": [{"name": "x", "dtypes": ["float16", "float32"]}],
+            "outputs": [
+                {"name": "q", "dtype": {"fixed": "int8"}, "shape": {"like": 0}},
+                {"name": "absmax", "dtype": {"fixed": "float32"}, "shape": {"blocks_of": 0, "attr": "blocksize"}},
+                {"name": "s", "dtype": {"accum_of": 0}, "shape": {"scalar": True}},
+            ],
+            "attrs": [{"name": "blocksize", "kind": "int64", "default": 256}],
+        },
+    )
+    f16 = cuplug.dtypes.BY_NAME["float16"]
+    attrs = sig.attr_values({"blocksize": 64})
+    got = sig.output_specs([(f16, (10, 13))], attrs)
+    assert [(d.name, s) for d, s in got] == [("int8", (10, 13)), ("float32", (3,)), ("float16", ())]
+
+
+# ---- zero copy: DLPack and the buffer protocol
+
+
+def test_resident_tensor_exports_without_a_copy(b):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = b.buffer(x)
+    r = b.run("add", t, t)
+    assert isinstance(r, cuplug.Tensor) and r.shape == (3, 4) and r.dtype.name == "float32"
+    a = np.from_dlpack(r)
+    assert a.ctypes.data == r.data_ptr and a.shape == (3, 4)
+    np.testing.assert_array_equal(a, x + x)
+    pt = torch.from_dlpack(r)
+    assert pt.data_ptr() == r.data_ptr
+    pt += 1  # the same memory, seen by every consumer
+    np.testing.assert_array_equal(a, x + x + 1)
+    np.testing.assert_array_equal(r.to_host(), x + x + 1)
+
+
+def test_dlpack_capsule_import_reads_in_place(b):
+    class OnlyDLPack:  # no buffer protocol: the capsule path
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, stream=None):
+            return self.a.__dlpack__()
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    x = np.arange(10, dtype=np.int32)
+    out = np.empty_like(x)
+    b.run("add", OnlyDLPack(x), OnlyDLPack(x), out=OnlyDLPack(out))
+    np.testing.assert_array_equal(out, x + x)
+
+
+def test_an_exported_tensor_outlives_close(b):
+    """close() while a consumer holds a result: the memory stays valid until the consumer lets go."""
+    x = np.arange(1 << 16, dtype=np.float32)
+    r = b.run("scale_add", b.buffer(x), alpha=2.0, beta=1.0)
+    held = np.from_dlpack(r)
+    core = weakref.ref(r._core)
+    del r
+    b.close()
+    gc.collect()
+    np.testing.assert_array_equal(held, np.float32(2) * x + np.float32(1))  # no use after free
+    assert core() is not None and core().handle is not None  # the instance waits for its consumer
+    del held
+    gc.collect()
+    assert dlpack.live_exports() == 0
+    assert core() is None or core().handle is None
+
+
+def test_tensors_of_a_closed_backend_refuse_use(b):
+    t = b.empty(8)
+    b.close()
+    with pytest.raises(cuplug.BackendClosedError):
+        t.to_host()
+
+
+def test_an_unreachable_backend_is_finalized():
+    cores = []
+    for _ in range(30):
+        be = cuplug.load()
+        be.empty((1 << 22,), "float32")  # 16 MiB, dropped with its backend
+        cores.append(weakref.ref(be._core))
+        del be
+    gc.collect()
+    assert all(c() is None or c().handle is None for c in cores)
+
+
+def test_a_failed_call_frees_what_it_allocated(b):
+    t = b.buffer(np.ones(1 << 16, np.int32))
+    before = len(b._core.live)
+    for _ in range(20):
+        with pytest.raises(cuplug.InvalidInputError, match=r"integral|integer"):
+            b.run("scale_add", t, alpha=0.5)
+    assert len(b._core.live) == before
+
+
+def test_freed_and_reused_slots_never_alias(b):
+    old = b.empty(4)
+    old_id = old.id
+    old.free()
+    new = b.empty(4)
+    assert new.id != old_id  # the slot may be reused, the id never is
+    with pytest.raises(cuplug.BackendError, match="not a live (buffer|tensor)"):
+        old.to_host()
+    forged = cuplug.Buffer(b, old_id, 4)
+    with pytest.raises(cuplug.BackendError, match="not a live (buffer|tensor)"):
+        forged.to_host()
+
+
+@pytest.mark.parametrize("what", [copy.copy, copy.deepcopy, pickle.dumps])
+def test_backends_and_tensors_cannot_be_copied(b, what):
+    with pytest.raises(TypeError, match="cannot be copied"):
+        what(b)
+    with pytest.raises(TypeError, match="cannot be copied"):
+        what(b.empty(2))
+
+
+def test_fork_while_another_thread_is_inside_a_call(b):
+    x = np.ones(1 << 22, np.float32)
+    stop = threading.Event()
+
+    def busy():
+        while not stop.is_set():
+            b.run("sum", x)
+
+    worker = threading.Thread(target=busy)
+    worker.start()
+    try:
+        for _ in range(5):
+            pid = os.fork()
+            if pid == 0:  # the child: the parent thread's lock must not hold us
+                try:
+                    ok = b.run("sum", np.ones(10, np.float32)) == 10.0
+                    with cuplug.load() as fresh:
+                        ok = ok and fresh.run("sum", np.ones(3, np.float32)) == 3.0
+                finally:
+                    os._exit(0 if ok else 3)
+            deadline = 20
+            for _ in range(deadline * 10):
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                threading.Event().wait(0.1)
+            else:
+                os.kill(pid, 9)
+                pytest.fail("the forked child deadlocked")
+            assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        stop.set()
+        worker.join()
+
+
+def test_stream_arguments(b):
+    class WithProtocol:
+        def __cuda_stream__(self):
+            return (0, 1234)
+
+    class TorchLike:
+        cuda_stream = 77
+
+    from cuplug.api import stream_handle
+
+    assert stream_handle(5) == 5 and stream_handle(WithProtocol()) == 1234 and stream_handle(TorchLike()) == 77
+    for bad in (-1, "s", 1.5, True):
+        with pytest.raises(cuplug.InvalidInputError, match="stream"):
+            stream_handle(bad)
+    np.testing.assert_array_equal(b.run("add", np.ones(2, np.float32), np.ones(2, np.float32), stream=0), [2, 2])
+
+
+def test_the_tensor_descriptor_is_dlpacks_dltensor():
+    import ctypes
+
+    from cuplug import abi
+
+    assert ctypes.sizeof(abi.CTensor) == 48 and abi.CTensor.shape.offset == 24 and abi.CTensor.byte_offset.offset == 40
+    assert ctypes.sizeof(abi.CDtype) == 4 and abi.CTensor.dtype.offset == 20
+
+
+def test_an_input_can_take_its_shape_from_another_and_an_attribute():
+    """Per-block scales of a dequantize: checked before the call, and samples follow the rule."""
+    from cuplug import samples
+
+    sig = signature.OpSignature(
+        "dequantize",
+        {
+            "inputs": [
+                {"name": "q", "dtypes": ["int8"]},
+                {"name": "absmax", "dtypes": ["float32"], "shape": {"blocks_of": 0, "attr": "blocksize"}},
+            ],
+            "outputs": [{"name": "out", "dtype": {"fixed": "float32"}, "shape": {"like": 0}}],
+            "attrs": [{"name": "blocksize", "kind": "int64", "default": 256}],
+            "sample_n": 4096,
+        },
+    )
+    i8, f32 = cuplug.dtypes.BY_NAME["int8"], cuplug.dtypes.BY_NAME["float32"]
+    sig.check_inputs([(i8, (300,)), (f32, (2,))])
+    with pytest.raises(cuplug.InvalidInputError, match=r"dequantize: absmax has shape \[3\]; it must be \[2\]"):
+        sig.check_inputs([(i8, (300,)), (f32, (3,))])
+    sig.check_inputs([(i8, (300,)), (f32, (5,))], sig.attr_values({"blocksize": 64}))
+    inputs, _ = samples.sample_inputs(sig)
+    assert [b.shape for b in inputs] == [(4096,), (16,)]

@@ -79,6 +79,12 @@ def tests(session: nox.Session) -> None:
     wheels_dir = _all_wheels(session, ROOT / "build" / "wheels")
     session.env["CUPLUG_TEST_WHEELS"] = str(wheels_dir)
     session.env["CUPLUG_TEST_VARIANT_WHEELS"] = str(_variant_wheels(session, ROOT / "build" / "variant-wheels"))
+    if shutil.which("qemu-aarch64") or shutil.which("qemu-aarch64-static"):  # the aarch64_emulated tests
+        session.env["CUPLUG_TEST_WHEELS_AARCH64"] = str(
+            _all_wheels(session, ROOT / "build" / "wheels-aarch64", "aarch64")
+        )
+    else:
+        session.log("no qemu-aarch64: the aarch64_emulated tests will skip (Debian: apt-get install qemu-user)")
     session.env["CUPLUG_TEST_DEPS"] = str(DEPS)
     session.env["CUPLUG_TEST_NOX_PYTHON"] = sys.executable  # runs the example project's own noxfile
     session.install(
@@ -115,7 +121,17 @@ def _pytest_outside_tree(session: nox.Session, target: Path, *args: str) -> None
 
 
 def _install_built_extras(session: nox.Session) -> None:
-    """cuplug[cuda12,cuda13] from dist/ (nox -s wheels), offline."""
+    """cuplug[cuda12,cuda13] from dist/ (nox -s wheels), offline.
+
+    ``CUPLUG_PREBUILT_WHEELS=<dir>`` installs the wheels in that directory instead of building them:
+    an aarch64 GPU machine (CI's `gpu-arm64` job) takes the cross-built wheels, since the pinned
+    toolchains run on x86_64 only.
+    """
+    prebuilt = os.environ.get("CUPLUG_PREBUILT_WHEELS")
+    if prebuilt:
+        session.install(*RUNTIME_DEPS)
+        session.install("--no-index", "--find-links", prebuilt, "cuplug[cuda12,cuda13]")
+        return
     wheels(session)
     session.install(
         "--no-index", "--find-links", str(ROOT / "dist"), "--find-links", str(DEPS), "cuplug[cuda12,cuda13]"
@@ -128,16 +144,41 @@ EXTRAS = {extra: reqs[0] for extra, reqs in PROJECT["optional-dependencies"].ite
 CUDA_MAJORS = sorted(EXTRAS)
 
 
-def _build_backends(session: nox.Session, majors: list[str]) -> None:
+ARCHS = ("x86_64", "aarch64")  # x86_64 native; aarch64 cross-built here (docs/aarch64.md)
+
+
+def _arch_and_args(session: nox.Session) -> tuple[str, list[str]]:
+    """``--arch aarch64`` (or ``--arch=aarch64``) out of the posargs; x86_64 when absent."""
+    args, arch = list(session.posargs), "x86_64"
+    for i, a in enumerate(args):
+        if a == "--arch" and i + 1 < len(args):
+            arch = args[i + 1]
+            del args[i : i + 2]
+            break
+        if a.startswith("--arch="):
+            arch = a.split("=", 1)[1]
+            del args[i]
+            break
+    if arch not in ARCHS:
+        session.error(f"unknown --arch {arch!r}; choose from {list(ARCHS)}")
+    return arch, args
+
+
+def backends_dir(arch: str = "x86_64") -> Path:
+    """build/backends (x86_64, as always) or build/backends-aarch64."""
+    return ROOT / "build" / ("backends" if arch == "x86_64" else f"backends-{arch}")
+
+
+def _build_backends(session: nox.Session, majors: list[str], arch: str = "x86_64") -> None:
     from cuplug.build import artifacts, toolchain
 
-    sysroot = toolchain.install_sysroot(session.log)
+    sysroot = toolchain.install_sysroot(session.log, arch)
     for major in majors:
-        tc = toolchain.install(major, session.log)
+        tc = toolchain.install(major, session.log, arch)
         artifacts.build_backend(
             tc,
             ROOT / "backends",
-            ROOT / "build" / "backends" / major,
+            backends_dir(arch) / major,
             sysroot=sysroot,
             log=session.log,
             cmake=str(Path(session.bin) / "cmake"),
@@ -149,47 +190,75 @@ def _build_backends(session: nox.Session, majors: list[str]) -> None:
 def build_backends(session: nox.Session) -> None:
     """Install the pinned CUDA 12.4 and 13.0 toolchains (cached) and build every variant + manifest.
 
-    `-- cuda13` (or cuda12) builds one major only. Output: build/backends/<major>/<variant>/libcuplug_vector.so
-    and build/backends/<major>/manifest.json, facts read back from the files.
+    `-- cuda13` (or cuda12) builds one major only; `-- --arch aarch64` cross-builds for aarch64
+    (cross gcc, aarch64 sysroot and runtime installed too; docs/aarch64.md). Output:
+    build/backends[-aarch64]/<major>/<variant>/libcuplug_vector.so and .../<major>/manifest.json,
+    facts read back from the files.
     """
-    majors = session.posargs or CUDA_MAJORS
+    arch, majors = _arch_and_args(session)
+    majors = majors or CUDA_MAJORS
     unknown = sorted(set(majors) - set(CUDA_MAJORS))
     if unknown:
         session.error(f"unknown CUDA major(s) {unknown}; choose from {CUDA_MAJORS}")
     session.install("cmake==4.4.5", "ninja==1.13.2")
-    _build_backends(session, majors)
+    _build_backends(session, majors, arch)
 
 
 DEPS = ROOT / "build" / "deps"  # third-party wheels an offline install needs (pyelftools)
 
 
-def _all_wheels(session: nox.Session, out: Path) -> Path:
-    """Main wheel + sdist + both backend wheels, each auditwheel-repaired and checked, into ``out``."""
-    from cuplug.build import wheel
+def _all_wheels(session: nox.Session, out: Path, arch: str = "x86_64") -> Path:
+    """Main wheel (+ sdist on x86_64) + both backend wheels, each auditwheel-repaired and checked, into ``out``.
 
-    _build_backends(session, CUDA_MAJORS)
-    raw = ROOT / "build" / "raw-wheels"
+    ``arch="aarch64"``: everything cross-built here; the cuplug wheel's CPU twin by the cross gcc
+    (scikit-build-core with the aarch64 toolchain file, tagged through ``_PYTHON_HOST_PLATFORM``).
+    """
+    from cuplug.build import toolchain, wheel
+
+    _build_backends(session, CUDA_MAJORS, arch)
+    raw = ROOT / "build" / ("raw-wheels" if arch == "x86_64" else f"raw-wheels-{arch}")
     for d in (out, raw):
         shutil.rmtree(d, ignore_errors=True)
-    session.log("wheels: cuplug (scikit-build-core), then auditwheel repair")
-    session.run("python", "-m", "build", "--no-isolation", "--outdir", str(raw), env=_clean_env())
+    session.log(f"wheels: cuplug for {arch} (scikit-build-core), then auditwheel repair")
+    if arch == "x86_64":
+        session.run("python", "-m", "build", "--no-isolation", "--outdir", str(raw), env=_clean_env())
+    else:
+        cross = {
+            "CMAKE_TOOLCHAIN_FILE": ROOT / "backends" / "cmake" / "aarch64-linux-gnu.cmake",
+            "CUPLUG_CROSS_PREFIX": toolchain.install_cross_compiler(session.log),
+            "CUPLUG_SYSROOT": toolchain.install_sysroot(session.log, arch),
+        }
+        session.run(
+            "python",
+            "-m",
+            "build",
+            "--no-isolation",
+            "--wheel",  # the sdist is the same for every arch: the x86_64 run makes it
+            "--outdir",
+            str(raw),
+            *(f"-Ccmake.define.{k}={v}" for k, v in cross.items()),
+            env={**_clean_env(), "_PYTHON_HOST_PLATFORM": f"linux-{arch}"},
+        )
     out.mkdir(parents=True)
-    shutil.move(next(raw.glob("cuplug-*.tar.gz")), out)
-    wheel.repair_wheel(next(raw.glob("cuplug-*.whl")), out, run=session.run)
+    if arch == "x86_64":
+        shutil.move(next(raw.glob("cuplug-*.tar.gz")), out)
+    plat = wheel.target_plat(arch)
+    wheel.repair_wheel(next(raw.glob("cuplug-*.whl")), out, run=session.run, plat=plat)
     version = PROJECT["version"]
     for major in CUDA_MAJORS:
         name, _, pinned = EXTRAS[major].partition("==")
         if pinned != version:
             session.error(f"pyproject extra {major} pins {EXTRAS[major]}, not version {version}")
         built = wheel.build_backend_wheel(
-            ROOT / "build" / "backends" / major,
+            backends_dir(arch) / major,
             raw,
             name=name,
             version=version,
             requires=f"cuplug=={version}",
             summary=f"CUDA {major[4:]} variants of cuplug's vector backend",
+            tag=wheel.raw_tag(arch),
         )
-        wheel.repair_wheel(built, out, run=session.run)
+        wheel.repair_wheel(built, out, run=session.run, plat=plat)
     session.run(
         "python",
         "-m",
@@ -216,9 +285,13 @@ def _all_wheels(session: nox.Session, out: Path) -> Path:
 
 @nox.session
 def wheels(session: nox.Session) -> None:
-    """dist/: the cuplug wheel + sdist and both backend wheels, auditwheel-repaired and checked."""
+    """dist/: the cuplug wheel + sdist and both backend wheels, auditwheel-repaired and checked.
+
+    `-- --arch aarch64`: the three manylinux_2_17_aarch64 wheels, cross-built here, into dist-aarch64/.
+    """
     session.install(*BUILD_TOOLS)
-    _all_wheels(session, ROOT / "dist")
+    arch, _ = _arch_and_args(session)
+    _all_wheels(session, ROOT / ("dist" if arch == "x86_64" else f"dist-{arch}"), arch)
 
 
 # The variant wheels' matrix: cuplug's own plus a dedicated sm90 variant (so an H100/H200 gets a variant wheel).

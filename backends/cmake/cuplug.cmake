@@ -247,9 +247,12 @@ function(_cuplug_common_link target)
     "LINKER:--strip-all")
   if(CUPLUG_SYSROOT)
     set(_s "${CUPLUG_SYSROOT}")
+    # Debian's multiarch directory of the target: x86_64-linux-gnu, or
+    # aarch64-linux-gnu when cross-building (aarch64-linux-gnu.cmake).
+    set(_m "${CMAKE_SYSTEM_PROCESSOR}-linux-gnu")
     target_link_options(${target} PRIVATE
-      "--sysroot=${_s}" "-B${_s}/usr/lib/x86_64-linux-gnu"
-      "-L${_s}/usr/lib/x86_64-linux-gnu" "-L${_s}/lib/x86_64-linux-gnu")
+      "--sysroot=${_s}" "-B${_s}/usr/lib/${_m}"
+      "-L${_s}/usr/lib/${_m}" "-L${_s}/lib/${_m}")
   endif()
   target_link_libraries(${target} PRIVATE pthread dl rt m)
 endfunction()

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import fatbin, manifest
+from .elfarch import machine_of
 
 FIELDS = ("sass", "ptx", "ptx_isa")
 # An artifact is read whole to parse its ELF sections: larger members/files are refused, never read.
@@ -34,6 +35,7 @@ class Finding:
     found: dict[str, Any]  # sass, ptx, ptx_isa read from the file
     expected: dict[str, Any] | None  # from the manifest; None when there is none
     problems: list[str]
+    arch: str | None = None  # CPU architecture from the ELF header (x86_64, aarch64)
 
     @property
     def ok(self) -> bool:
@@ -60,6 +62,7 @@ def _check(where: str, data: bytes, entry: dict[str, Any] | None) -> Finding:
         found = _facts(data)
     except fatbin.FatbinError as exc:
         return Finding(where, _variant(entry), {}, entry, [f"unreadable device code: {exc}"])
+    arch = machine_of(data[:20])  # the CPU the file is for, from its ELF header
     problems = []
     if entry is not None:
         try:
@@ -69,6 +72,8 @@ def _check(where: str, data: bytes, entry: dict[str, Any] | None) -> Finding:
         for key in FIELDS:
             if found[key] != entry.get(key):
                 problems.append(f"{key}: file has {found[key]}, manifest says {entry.get(key)}")
+        if entry.get("arch") and arch != entry["arch"]:  # manifests before `arch` have none
+            problems.append(f"arch: file is {arch}, manifest says {entry['arch']}")
         sha = entry.get("sha256")
         if (
             len(data) != entry.get("size")
@@ -77,7 +82,7 @@ def _check(where: str, data: bytes, entry: dict[str, Any] | None) -> Finding:
         ):
             problems.append("size/sha256 differ from the manifest (file changed after the build)")
     expected = None if entry is None else {k: entry.get(k) for k in FIELDS}
-    return Finding(where, _variant(entry), found, expected, problems)
+    return Finding(where, _variant(entry), found, expected, problems, arch)
 
 
 def _entries(data: dict[str, Any]) -> list[tuple[dict[str, Any] | None, str | None, str | None]]:
@@ -259,6 +264,7 @@ def format_findings(findings: list[Finding]) -> str:
         if f.expected is None and f.ok:
             verdict = "no manifest to compare"
         lines.append(f"{f.variant or '?':7} {verdict:9} {f.where}")
+        lines.append(f"        CPU  {f.arch or '?'}")
         lines.append(f"        SASS {sass}")
         lines.append(f"        PTX  {ptx}{isa}")
         lines.extend(f"        ! {p}" for p in f.problems)

@@ -187,6 +187,7 @@ class Artifact:
     abi: int
     cuda: str = ""  # package's CUDA major, e.g. "cuda12"
     package_dir: str = ""  # absolute directory the manifest was read from
+    arch: str = ""  # CPU architecture from the file's ELF header at build time ("" in older manifests)
 
     @classmethod
     def from_json(cls, d: object, cuda: str, package_dir: str) -> Artifact:
@@ -207,6 +208,7 @@ class Artifact:
             cuda_version=str(_str(d, "cuda_version", _CUDA_VERSION)),
             min_driver=_int(d, "min_driver", 0, 999_999),
             abi=_int(d, "abi", 0, 1_000_000),
+            arch=_str(d, "arch", _ARCH, optional=True) or "",  # "" in manifests from before the field
             cuda=cuda,
             package_dir=package_dir,
         )
@@ -214,6 +216,8 @@ class Artifact:
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         del d["cuda"], d["package_dir"]
+        if not self.arch:
+            del d["arch"]
         d["sass"], d["ptx"] = list(self.sass), list(self.ptx)
         return d
 

@@ -36,12 +36,12 @@ from pathlib import Path
 from typing import NamedTuple
 
 from . import reasons
+from .elfarch import host_arch, machine_of
 from .errors import ArtifactError
 from .manifest import Artifact
 
 ELF_MAGIC = b"\x7fELF"
 ELFCLASS64, ELFDATA2LSB, ET_DYN = 2, 1, 3
-EM_BY_MACHINE = {"x86_64": 62, "amd64": 62, "aarch64": 183, "arm64": 183}
 EM_X86_64 = 62
 PROC_SELF_FD = "/proc/self/fd"  # a module attribute, so a test can take /proc away
 CHUNK = 1 << 20
@@ -103,10 +103,14 @@ def check_elf_header(head: bytes, name: str) -> None:
     if head[4] != ELFCLASS64 or head[5] != ELFDATA2LSB:
         raise _corrupt(f"{name} is not a 64-bit little-endian ELF (class {head[4]}, data {head[5]})")
     e_type, e_machine = struct.unpack_from("<HH", head, 16)
-    machine = os.uname().machine
-    want = EM_BY_MACHINE.get(machine.lower(), EM_X86_64)
-    if e_type != ET_DYN or e_machine != want:
-        raise _corrupt(f"{name} is not a shared object for this CPU ({machine}): type {e_type}, machine {e_machine}")
+    if e_type != ET_DYN:
+        raise _corrupt(f"{name} is not a shared object (ELF type {e_type})")
+    arch, here = machine_of(head), host_arch()
+    if arch != here:
+        raise _corrupt(
+            f"{name} is an {arch} shared object (e_machine {e_machine}); this machine is {here}: "
+            f"install the wheel built for {here}"
+        )
 
 
 def _open_artifact(path: Path) -> int:
@@ -256,6 +260,11 @@ def _private_copy(src_fd: int, data_fd: int | None, path: Path, sha: str) -> str
 def verified(artifact: Artifact) -> Verified:
     """Checks ``artifact`` and returns where its verified bytes can be dlopened; raises artifact-corrupt."""
     path = resolve_inside(Path(artifact.package_dir), artifact.file)
+    if artifact.arch and artifact.arch != host_arch():  # the manifest says so: no need to open the file
+        raise _corrupt(
+            f"{path.name} is built for {artifact.arch} (manifest); this machine is {host_arch()}: "
+            f"install the wheel built for {host_arch()}"
+        )
     src = _open_artifact(path)
     sink = -1
     try:

@@ -1,10 +1,12 @@
 """``python -m cuplug.build``: the build kit's commands, for any backend's noxfile or CI.
 
-  toolchain cuda12|cuda13|sysroot   install a pinned toolchain into the user cache, print where
-  variants  --cuda M --source DIR --out DIR [--backend NAME] [--matrix JSON]
+  toolchain cuda12|cuda13|sysroot [--arch aarch64]
+                                    install a pinned toolchain into the user cache, print where
+  variants  --cuda M --source DIR --out DIR [--backend NAME] [--matrix JSON] [--arch aarch64]
                                     build every variant with CMake, check it, write manifest.json
   wheel     --build-dir DIR --name NAME --requires REQ --out DIR [--version V] [--variants]
-                                    assemble a backend wheel, auditwheel-repair it, check it;
+                                    assemble a backend wheel (its arch from the manifest),
+                                    auditwheel-repair it, check it;
                                     --variants: also one PEP 825 variant wheel per dedicated SASS
                                     variant (+ PTX), a `null` one (PTX) and <name>-<v>-variants.json
   repair    WHEEL --out DIR         auditwheel-repair a package's main wheel (its CPU twin), check it
@@ -39,9 +41,9 @@ def _no_system_cuda_env() -> dict[str, str]:
 
 def cmd_toolchain(args: argparse.Namespace) -> int:
     if args.which == "sysroot":
-        print(json.dumps({"sysroot": str(toolchain.install_sysroot(_log))}))
+        print(json.dumps({"sysroot": str(toolchain.install_sysroot(_log, args.arch))}))
         return 0
-    tc = toolchain.install(args.which, _log)
+    tc = toolchain.install(args.which, _log, args.arch)
     print(
         json.dumps(
             {
@@ -50,6 +52,8 @@ def cmd_toolchain(args: argparse.Namespace) -> int:
                 "root": str(tc.root),
                 "nvcc": str(tc.nvcc),
                 "cuobjdump": str(tc.cuobjdump),
+                "arch": tc.arch,
+                "cmake_args": list(tc.cmake_args),
             }
         )
     )
@@ -60,8 +64,8 @@ def cmd_variants(args: argparse.Namespace) -> int:
     cmake = shutil.which("cmake")
     if cmake is None:
         raise artifacts.BuildError("no `cmake` on PATH (pip install cmake ninja)")
-    sysroot = None if args.no_sysroot else toolchain.install_sysroot(_log)
-    tc = toolchain.install(args.cuda, _log)
+    sysroot = None if args.no_sysroot else toolchain.install_sysroot(_log, args.arch)
+    tc = toolchain.install(args.cuda, _log, args.arch)
     manifest = artifacts.build_backend(
         tc,
         args.source.resolve(),
@@ -79,6 +83,12 @@ def cmd_variants(args: argparse.Namespace) -> int:
 
 def cmd_wheel(args: argparse.Namespace) -> int:
     version = args.version or _version()
+    arches = {
+        a.get("arch") or "x86_64" for a in json.loads((args.build_dir / "manifest.json").read_text())["artifacts"]
+    }
+    if len(arches) != 1:
+        raise wheel.WheelError(f"{args.build_dir}/manifest.json mixes CPU architectures {sorted(arches)}")
+    (arch,) = arches
     with tempfile.TemporaryDirectory() as tmp:
         raw = wheel.build_backend_wheel(
             args.build_dir,
@@ -87,8 +97,9 @@ def cmd_wheel(args: argparse.Namespace) -> int:
             version=version,
             requires=args.requires or f"cuplug=={_version()}",
             summary=args.summary,
+            tag=wheel.raw_tag(arch),
         )
-        repaired = wheel.repair_wheel(raw, args.out)
+        repaired = wheel.repair_wheel(raw, args.out, plat=wheel.target_plat(arch))
     wheel.check_wheels([repaired], _log)
     print(repaired)
     if args.variants:
@@ -137,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("toolchain", help="install a pinned CUDA toolchain or the glibc sysroot (cached)")
     t.add_argument("which", choices=[*toolchain.INSTALLERS, "sysroot"])
+    t.add_argument("--arch", default="x86_64", choices=list(toolchain.ARCHES), help="CPU to build for")
     t.set_defaults(func=cmd_toolchain)
     v = sub.add_parser("variants", help="build every variant of a backend and write its manifest")
     v.add_argument("--cuda", required=True, choices=list(toolchain.INSTALLERS))
@@ -145,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--backend", default="vector", help="backend name (libcuplug_<name>.so)")
     v.add_argument("--matrix", type=Path, help="variant matrix JSON (default: cuplug's variants.json)")
     v.add_argument("--no-sysroot", action="store_true", help="link against the host glibc (newer manylinux tag)")
+    v.add_argument(
+        "--arch", default="x86_64", choices=list(toolchain.ARCHES), help="CPU to build for (cross on x86_64)"
+    )
     v.set_defaults(func=cmd_variants)
     w = sub.add_parser("wheel", help="assemble, auditwheel-repair and check a backend wheel")
     w.add_argument("--build-dir", type=Path, required=True, help="holds manifest.json from `variants`")

@@ -21,13 +21,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cuplug import abi, fatbin
+from cuplug.elfarch import file_arch
 from cuplug.manifest import MANIFEST_SCHEMA
 
 from .toolchain import Toolchain, ToolchainError, sha256_file
 
 Log = Callable[[str], None]
 ALLOWED_NEEDED = re.compile(
-    r"^(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s)\.so\.\d+$|^ld-linux-x86-64\.so\.2$"
+    r"^(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s)\.so\.\d+$|^ld-linux-(x86-64\.so\.2|aarch64\.so\.1)$"
 )
 ABI_SYMBOLS = frozenset(abi.SYMBOLS)  # the loader's binding is the one list of ABI entry points
 RUNTIME_MIN_DRIVER = {"12": 12000, "13": 13000}  # CUDA minor-version compatibility: any driver of the major
@@ -308,7 +309,7 @@ def build_backend(
     ninja = shutil.which("ninja", path=(env or os.environ).get("PATH"))
     build_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    log(f"{tc.major}: configuring {', '.join(variants)} (nvcc {tc.version}, archs {archs})")
+    log(f"{tc.major}: configuring {', '.join(variants)} for {tc.arch} (nvcc {tc.version}, archs {archs})")
     _run(
         [
             cmake,
@@ -352,6 +353,9 @@ def build_backend(
                 "an -arch/-gencode added to the target, or device code of a linked static library?)"
             )
         check_linkage(so)
+        arch = file_arch(str(so))  # from the ELF header, never typed
+        if arch != tc.arch:
+            raise BuildError(f"{tc.major}/{variant}: {so} is built for {arch}, the toolchain targets {tc.arch}")
         min_driver = RUNTIME_MIN_DRIVER[tc.version.split(".")[0]]
         if ptx and not sass:  # PTX-only: the JIT gate is part of what the artifact needs
             min_driver = max(min_driver, ptx_driver_needed(isa) or min_driver)
@@ -368,10 +372,11 @@ def build_backend(
                 "cuda_version": tc.version,
                 "min_driver": min_driver,
                 "abi": abi.ABI_VERSION,
+                "arch": arch,
             }
         )
         log(
-            f"{tc.major}/{variant}: {so.stat().st_size:,} B, SASS {','.join(sass) or '-'}, "
+            f"{tc.major}/{variant}: {arch}, {so.stat().st_size:,} B, SASS {','.join(sass) or '-'}, "
             f"PTX {','.join(ptx) or '-'}{f' (ISA {isa})' if isa else ''}"
         )
     manifest = {"schema": MANIFEST_SCHEMA, "cuda": tc.major, "artifacts": entries}

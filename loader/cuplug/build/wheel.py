@@ -28,10 +28,22 @@ import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 
+from cuplug.elfarch import host_arch, machine_of
 from cuplug.manifest import ENTRY_POINT_GROUP
 
 RAW_TAG = "py3-none-linux_x86_64"  # auditwheel turns it into the manylinux tag the libraries earn
 TARGET_PLAT = "manylinux_2_17_x86_64"
+WHEEL_ARCHS = ("x86_64", "aarch64")  # platform-tag suffixes == ELF machines (cuplug.elfarch)
+
+
+def raw_tag(arch: str = "x86_64") -> str:
+    return f"py3-none-linux_{arch}"
+
+
+def target_plat(arch: str = "x86_64") -> str:
+    return f"manylinux_2_17_{arch}"
+
+
 FORBIDDEN = re.compile(r"(^|/)(libcuda\.so[^/]*|libcudart\.so[^/]*|libnvidia-[^/]*\.so[^/]*)$")
 _REPRODUCIBLE_DATE = (2026, 1, 1, 0, 0, 0)
 
@@ -110,7 +122,12 @@ def repair_wheel(wheel: Path, out_dir: Path, run: Callable[..., object] | None =
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     before = set(out_dir.glob("*.whl"))
-    cmd = ["auditwheel", "repair", "--plat", plat, "--exclude", "libcuda.so*", "-w", str(out_dir), str(wheel)]
+    # auditwheel 6.8 offers --plat choices of this machine's arch only; for a cross-built wheel
+    # `auto` reads the arch from its ELF files and names the oldest policy they satisfy, which
+    # must then be `plat` (checked below).
+    foreign = not plat.endswith(f"_{host_arch()}")
+    cmd = ["auditwheel", "repair", "--plat", "auto" if foreign else plat, "--exclude", "libcuda.so*"]
+    cmd += ["-w", str(out_dir), str(wheel)]
     env = {"SOURCE_DATE_EPOCH": os.environ.get("SOURCE_DATE_EPOCH", "1767225600")}
     if run is None:
         subprocess.run([sys.executable, "-m", *cmd], check=True, env={**os.environ, **env})
@@ -122,6 +139,8 @@ def repair_wheel(wheel: Path, out_dir: Path, run: Callable[..., object] | None =
         made = sorted(p for p in out_dir.glob(f"{prefix}*manylinux*.whl"))
     if not made:
         raise WheelError(f"auditwheel repair of {wheel.name} wrote nothing into {out_dir}")
+    if plat not in wheel_tags(made[-1].name)[2]:
+        raise WheelError(f"auditwheel repair of {wheel.name} gave {made[-1].name}, not a {plat} wheel")
     return made[-1]
 
 
@@ -171,20 +190,31 @@ def check_wheel(wheel: Path, max_glibc: tuple[int, int] = (2, 17)) -> list[str]:
     py, abi_tag, plats = wheel_tags(wheel.name)
     if py != "py3" or abi_tag != "none":
         problems.append(f"tag {py}-{abi_tag}: a wheel without a CPython extension must be py3-none")
+    tag_archs = set()
     for plat in plats:
-        m = re.match(r"manylinux_(\d+)_(\d+)_x86_64$", plat) or re.match(r"manylinux2014_x86_64$", plat)
+        m = re.match(r"manylinux_(\d+)_(\d+)_(x86_64|aarch64)$", plat) or re.match(
+            r"manylinux2014_(x86_64|aarch64)$", plat
+        )
         if m is None:
             problems.append(f"platform tag {plat} is not a manylinux tag (run auditwheel repair)")
-        elif m.groups() and (int(m.group(1)), int(m.group(2))) > max_glibc:
+            continue
+        tag_archs.add(m.group(m.lastindex or 0))
+        if len(m.groups()) == 3 and (int(m.group(1)), int(m.group(2))) > max_glibc:
             problems.append(f"platform tag {plat} is newer than manylinux_{max_glibc[0]}_{max_glibc[1]}")
+    if len(tag_archs) > 1:
+        problems.append(f"platform tags name several CPU architectures: {sorted(tag_archs)}")
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         for member in names:
             if FORBIDDEN.search(member):
                 problems.append(f"{member}: the driver and the shared CUDA runtime are never bundled")
             if member.endswith(".so") or ".so." in member:
+                data = zf.read(member)
+                arch = machine_of(data[:20])
+                if tag_archs and arch not in tag_archs:
+                    problems.append(f"{member}: an {arch} library in a wheel tagged for {sorted(tag_archs)}")
                 try:
-                    rpaths = _rpaths(zf.read(member))
+                    rpaths = _rpaths(data)
                 except ValueError as exc:
                     problems.append(f"{member}: {exc}")
                     continue

@@ -28,14 +28,16 @@ def main(typed_path: str, quant_path: str, out: str) -> None:
         labels.append(f"sum float32\n{major}")
         values.append(t["ratio_sum_float32"][major])
         targets.append(1.0)
-    colors = ["#5aa469" if v >= tg else "#e07b39" for v, tg in zip(values, targets)]
+    colors = ["#5aa469" if v >= tg else "#e07b39" for v, tg in zip(values, targets, strict=True)]
     ratios.bar(range(len(values)), values, color=colors)
-    for i, (v, tg) in enumerate(zip(values, targets)):
+    for i, (v, tg) in enumerate(zip(values, targets, strict=True)):
         ratios.hlines(tg, i - 0.4, i + 0.4, colors="black", linestyles="dashed")
         ratios.text(i, v + 0.005, f"{v:.3f}", ha="center", fontsize=8)
     ratios.set_xticks(range(len(values)), labels, fontsize=7)
     ratios.set_ylim(0.8, 1.05)
-    ratios.set_title("run() on 1 GiB PyTorch CUDA tensors / PyTorch\n(dashed: target; batches of 20 queued calls)", fontsize=9)
+    ratios.set_title(
+        "run() on 1 GiB PyTorch CUDA tensors / PyTorch\n(dashed: target; batches of 20 queued calls)", fontsize=9
+    )
     per = {
         "torch.add": t["per_call_torch_add"]["median_us"],
         "cuplug out=,\nstream=": t["per_call_cuplug_add_out_stream"]["median_us"],

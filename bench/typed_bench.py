@@ -87,7 +87,9 @@ def main() -> None:
                 res[f"{major}_add_{name}"] = bandwidth(
                     3 * GiB, timed(lambda: b.run("add", x, y, out=out, stream=torch.cuda.current_stream()))
                 )
-                res[f"{major}_add_{name}_default_stream"] = bandwidth(3 * GiB, timed(lambda: b.run("add", x, y, out=out)))
+                res[f"{major}_add_{name}_default_stream"] = bandwidth(
+                    3 * GiB, timed(lambda: b.run("add", x, y, out=out))
+                )
                 res[f"{major}_add_{name}_one_call"] = bandwidth(
                     3 * GiB, timed(lambda: b.run("add", x, y, out=out, stream=torch.cuda.current_stream()), batch=1)
                 )
@@ -95,7 +97,7 @@ def main() -> None:
         res[f"ratio_add_{name}"] = {
             m: res[f"{m}_add_{name}"]["GBs"] / res[f"torch_add_{name}"]["GBs"] for m in ("cuda13", "cuda12")
         }
-        del x, y, out
+        x = y = out = None  # free the device memory before the next dtype
         torch.cuda.empty_cache()
     x = torch.randn(GiB // 4, device="cuda")
     s = torch.empty((), device="cuda")
@@ -109,7 +111,7 @@ def main() -> None:
     res["ratio_sum_float32"] = {
         m: res[f"{m}_sum_float32"]["GBs"] / res["torch_sum_float32"]["GBs"] for m in ("cuda13", "cuda12")
     }
-    del x
+    x = None
     torch.cuda.empty_cache()
     one, two = torch.ones(1, device="cuda"), torch.ones(1, device="cuda")
     res["per_call_torch_add"] = per_call_us(lambda: torch.add(one, two))

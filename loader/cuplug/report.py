@@ -65,7 +65,7 @@ def format_trace(trace: Trace) -> str:
     lines: list[str] = []
     label = tag(trace.backend)
 
-    def _row(key: str, value: object) -> str:  # noqa: F811 - this report's label
+    def _row(key: str, value: object) -> str:
         return f"{label} {printable(key):<20}: {printable(value)}"
 
     if p is None:

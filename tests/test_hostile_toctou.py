@@ -250,7 +250,7 @@ def test_artifact_deleted_or_rewritten_after_load_changes_nothing(site, fake_dri
     )
     proc = run_py(code, env_for(broken, fake_driver_dir))
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == [1, True, "artifact-corrupt"]
+    assert json.loads(proc.stdout) == [2, True, "artifact-corrupt"]  # ABI v2
 
 
 # The loader as it was before issue 18: hash the file by path, close it, dlopen the path again.

@@ -50,7 +50,9 @@ def main(out: str, site: str | None) -> None:
     rows: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     for _ in range(RUNS):
         for mode in ("before", "after"):
-            proc = subprocess.run([sys.executable, "-c", ONE, mode], env=env, capture_output=True, text=True, check=True)
+            proc = subprocess.run(
+                [sys.executable, "-c", ONE, mode], env=env, capture_output=True, text=True, check=True
+            )
             rows[mode].append(json.loads(proc.stdout))
     med = {
         mode: {k: round(statistics.median(r[k] for r in rs), 3) for k in ("verify", "dlopen")}

@@ -590,6 +590,7 @@ def discover(backend: str = OWN_BACKEND, installed: Installed | None = None) -> 
             others |= d.extras()
     if backend != OWN_BACKEND and (own := own_distribution()) is not None:
         others |= own.extras()
+    declared = ", ".join(sorted(n.replace("_", "-") for n in owner_extras)) or "none"
     packages = []
     for dist, ep in sorted(installed.entry_points(ENTRY_POINT_GROUP), key=lambda x: (x[1].name, x[0].name)):
         if dist.name in owner_extras:
@@ -602,7 +603,7 @@ def discover(backend: str = OWN_BACKEND, installed: Installed | None = None) -> 
                     ENTRY_POINT_GROUP,
                     ep,
                     f"registers as a backend package, but {owner_name} (the owner of backend '{backend}') "
-                    "does not declare it as an extra; not trusted",
+                    f"does not declare it as an extra (it declares: {declared}); not trusted",
                 )
             )
     cpu, cpu_problem = _cpu_twin(backend, owner) if owner else (None, owner_problem)

@@ -87,3 +87,22 @@ def test_attribute_failure_marks_each_device_unknown(fake_driver_dir):
     assert [d["capability"] for d in ok["devices"]] == ["9.0", "8.6"] and all(
         d["problem"] is None for d in ok["devices"]
     )
+
+
+@pytest.mark.reliability(
+    case="one of two devices cannot be read",
+    how="fake driver with 9.0 and 8.6; the capability read fails only for device 0; CUPLUG_DEVICE=0 and =1",
+    expect="device 0 is unknown and CUPLUG_DEVICE=0 is driver-init-failed naming device 0's failed call; device 1 "
+    "keeps its facts and CUPLUG_DEVICE=1 chooses cuda13/fatbin for its exact sm_86",
+)
+@needs_wheels
+def test_one_unreadable_device_does_not_hide_the_other(site, fake_driver_dir):
+    lie = {"FAKE_CUDA_DEVICES": "9.0,8.6", "FAKE_CUDA_ATTR_FAIL": "76", "FAKE_CUDA_ATTR_FAIL_DEVICE": "0"}
+    got = run_json(PROBE, env_for(site, fake_driver_dir, **lie))
+    assert got["code"] == "ok" and [d["capability"] for d in got["devices"]] == [None, "8.6"], got
+    assert "unknown capability" in got["reason"]
+    first = run_json(DECIDE, env_for(site, fake_driver_dir, CUPLUG_DEVICE="0", **lie))
+    assert first["decision"]["code"] == "driver-init-failed" and "device 0" in first["decision"]["reason"]
+    second = run_json(DECIDE, env_for(site, fake_driver_dir, CUPLUG_DEVICE="1", **lie))
+    best = second["candidates"][0]
+    assert (best["cuda"], best["variant"], best["accepted"]) == ("cuda13", "fatbin", True) and "sm_86" in best["reason"]

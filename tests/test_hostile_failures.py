@@ -241,12 +241,12 @@ def test_lying_driver_is_a_probe_result(lie, fake_driver_dir, odd_drivers, tmp_p
 
 @rel(
     case="`cuplug probe --timeout` out of range",
-    how="--timeout 0, -1, nan, inf, 1e9, abc",
+    how="--timeout 0, -1, nan, inf, 1e9, abc, to probe, doctor and warmup",
     expect="refused by the argument parser: exit 2 with a message saying what is expected; no traceback",
 )
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e9", "abc"])
 def test_probe_timeout_must_be_a_real_duration(value, tmp_path):
-    for command in ("probe", "doctor"):
+    for command in ("probe", "doctor", "warmup"):
         proc = run_cli([command, "--timeout", value], clean_env(), cwd=tmp_path)
         assert proc.returncode == 2 and "--timeout" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
         assert "expected seconds" in proc.stderr or "not a number" in proc.stderr

@@ -262,3 +262,27 @@ def test_doctor_json_with_refused_packages_matches_the_schema(site, fake_driver_
     doc = json.loads(run_cli(["doctor", "--json"], env_for(planted, fake_driver_dir)).stdout)
     jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
     assert doc["refused"] and doc["cpu_backend"]["path"]
+
+
+@needs_wheels
+def test_a_bundle_installed_beside_its_script_finds_its_backends(tmp_path, fake_driver_dir):
+    """cuplug and its extras installed with `pip install --target` into the script's own directory (a bundle):
+    sys.path[0] is then where cuplug runs from, so its backends there are trusted and found."""
+    from conftest import WHEELS
+
+    app = tmp_path / "bundle"
+    wheels = [str(p) for p in Path(WHEELS).glob("cuplug*.whl")]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(app), *wheels],
+        check=True,
+    )
+    (app / "app.py").write_text(DECIDE_LOAD.replace("print(", "print(json.dumps(cuplug.__file__)); print(", 1))
+    env = clean_env(LD_LIBRARY_PATH=str(fake_driver_dir))
+    proc = subprocess.run(
+        [sys.executable, "-S", str(app / "app.py")], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    where, result = proc.stdout.splitlines()
+    assert json.loads(where).startswith(str(app))
+    got = json.loads(result)
+    assert got["attempts"][0][0] == "cuda13/fatbin" and got["variant"] == "cpu", got["attempts"]

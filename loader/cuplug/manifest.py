@@ -18,10 +18,11 @@ CUDA artifact against the sha256 and size the installer recorded in the owner's
 RECORD. Every other registration is shown, with why it was not trusted
 (:class:`Refused`).
 
-Distributions are looked up in the sys.path entries in order (the first of a name
-wins, as for ``importlib.metadata``), except the implicit ``sys.path[0]`` (the
-running script's directory or the working directory), so a folder or a dist-info
-planted beside a script cannot stand in for an installed package.
+Distributions are looked up in the directory the running cuplug is installed in, then
+in the sys.path entries in order (the first of a name wins, as for
+``importlib.metadata``), except the implicit ``sys.path[0]`` (the running script's
+directory or the working directory), so a folder or a dist-info planted beside a
+script cannot stand in for an installed package.
 
 Every read is bounded (size, count, JSON depth) and every field is type- and
 range-checked: a bad manifest entry is a :class:`ManifestError`, never another
@@ -395,11 +396,21 @@ def _record_sha256(field: str) -> str | None:
 
 
 def search_path() -> list[str]:
-    """The sys.path entries distributions are looked up in: all but the implicit sys.path[0]."""
+    """Where distributions are looked up: the directory the running cuplug was installed into first,
+    then the sys.path entries in order, except the implicit sys.path[0] (the script's directory, or
+    the working directory for -c and -m). A bundle with cuplug installed beside its script (pip
+    install --target .) still finds its backends there; a dist-info planted beside some other
+    script or in the working directory is never read."""
     entries = list(sys.path)
     if entries and not getattr(sys.flags, "safe_path", False):
-        entries = entries[1:]  # the script's directory, or '' / the cwd for -c and -m
-    return [e for e in entries if e]
+        entries = entries[1:]
+    own = str(Path(__file__).resolve().parent.parent)
+    seen, found = {os.path.realpath(own)}, [own]
+    for e in entries:
+        if e and (real := os.path.realpath(e)) not in seen:
+            seen.add(real)
+            found.append(e)
+    return found
 
 
 class Installed:
@@ -583,6 +594,7 @@ def discover(backend: str = OWN_BACKEND, installed: Installed | None = None) -> 
             others |= d.extras()
     if backend != OWN_BACKEND and (own := own_distribution()) is not None:
         others |= own.extras()
+    declared = ", ".join(sorted(n.replace("_", "-") for n in owner_extras)) or "none"
     packages = []
     for dist, ep in sorted(installed.entry_points(ENTRY_POINT_GROUP), key=lambda x: (x[1].name, x[0].name)):
         if dist.name in owner_extras:
@@ -595,7 +607,7 @@ def discover(backend: str = OWN_BACKEND, installed: Installed | None = None) -> 
                     ENTRY_POINT_GROUP,
                     ep,
                     f"registers as a backend package, but {owner_name} (the owner of backend '{backend}') "
-                    "does not declare it as an extra; not trusted",
+                    f"does not declare it as an extra (it declares: {declared}); not trusted",
                 )
             )
     cpu, cpu_problem = _cpu_twin(backend, owner) if owner else (None, owner_problem)

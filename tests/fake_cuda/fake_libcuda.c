@@ -12,6 +12,7 @@
  *   FAKE_CUDA_DEVICE_GET_ERROR cuDeviceGet fails with this error
  *   FAKE_CUDA_ATTR_FAIL      cuDeviceGetAttribute of this attribute (75 major, 76 minor) fails with 1,
  *                            after writing 0 into *value (as a driver may)
+ *   FAKE_CUDA_ATTR_FAIL_DEVICE only for this device ordinal (default: every device)
  *   FAKE_CUDA_NAME           cuDeviceGetName answers this name (escape codes, newlines...)
  * Compiled with -DFAKE_NO_UUID it lacks cuDeviceGetUuid and cuDeviceGetUuid_v2; with
  * -DFAKE_NO_SYMBOLS it exports no CUDA entry point at all.
@@ -121,7 +122,8 @@ CUresult cuDeviceGet(int* dev, int ordinal) {
 }
 CUresult cuDeviceGetAttribute(int* value, int attrib, int dev) {
     if (dev < 0 || dev >= n_vis) return 101;
-    if (attrib == env_int("FAKE_CUDA_ATTR_FAIL", -1)) {
+    int only = env_int("FAKE_CUDA_ATTR_FAIL_DEVICE", -1);
+    if (attrib == env_int("FAKE_CUDA_ATTR_FAIL", -1) && (only < 0 || only == dev)) {
         *value = 0;
         return 1; /* CUDA_ERROR_INVALID_VALUE */
     }

@@ -18,7 +18,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import abi2_selftest as st  # noqa: E402  (the ctypes binding)
+import abi2_selftest as st
 
 GiB = 1 << 30
 NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -45,8 +45,16 @@ def timed_pair(mine, theirs, repeats: int = 10) -> tuple[float, float]:
 
 
 def desc(b: st.Backend, t: torch.Tensor) -> st.CTensor:
-    return st.CTensor(t.data_ptr(), st.CUDA, t.device.index or 0, t.dim(), st.cdtype(NAMES[t.dtype]),
-                      b.shape_of(tuple(t.shape)), None, 0)
+    return st.CTensor(
+        t.data_ptr(),
+        st.CUDA,
+        t.device.index or 0,
+        t.dim(),
+        st.cdtype(NAMES[t.dtype]),
+        b.shape_of(tuple(t.shape)),
+        None,
+        0,
+    )
 
 
 def main(paths: list[str]) -> int:
@@ -73,8 +81,9 @@ def main(paths: list[str]) -> int:
             dx, dy, do = desc(b, x), desc(b, y), desc(b, out)
             b.call("add", [dx, dy], [do], stream=stream)
             ok = torch.equal(out, x + y)
-            mine, theirs = timed_pair(lambda: b.call("add", [dx, dy], [do], stream=stream),
-                                      lambda: torch.add(x, y, out=out))
+            mine, theirs = timed_pair(
+                lambda: b.call("add", [dx, dy], [do], stream=stream), lambda: torch.add(x, y, out=out)
+            )
             row(f"add {NAMES[dtype]}{'' if ok else ' MISMATCH'}", 3 * GiB, mine, theirs, 0.97)
             bad += not ok
             if dtype == torch.float32:
@@ -82,10 +91,11 @@ def main(paths: list[str]) -> int:
                 ok = torch.equal(out, x * 1.7 - 0.3)
                 mine, theirs = timed_pair(
                     lambda: b.call("scale_add", [dx], [do], {"alpha": 1.7, "beta": -0.3}, stream=stream),
-                    lambda: torch.add(torch.mul(x, 1.7), -0.3, out=out))
+                    lambda: torch.add(torch.mul(x, 1.7), -0.3, out=out),
+                )
                 row(f"scale_add float32{'' if ok else ' MISMATCH'}", 2 * GiB, mine, theirs, 0.0)
                 bad += not ok
-            del x, y, out
+            x = y = out = None
             torch.cuda.empty_cache()
         for dtype in (torch.float32, torch.float16):
             n = GiB // torch.tensor([], dtype=dtype).element_size()
@@ -98,11 +108,18 @@ def main(paths: list[str]) -> int:
             same = float(s) == got
             ref = float(x.double().sum())
             ok = same and abs(got - ref) <= st.SUM_RTOL[NAMES[dtype]] * float(x.double().abs().sum())
-            mine, theirs = timed_pair(lambda: b.call("sum", [dx], [ds], stream=stream),
-                                      lambda: torch.sum(x, dim=0, out=s))
-            row(f"sum {NAMES[dtype]}{'' if ok else ' MISMATCH'}", GiB, mine, theirs, 1.0 if dtype == torch.float32 else 0.0)
+            mine, theirs = timed_pair(
+                lambda: b.call("sum", [dx], [ds], stream=stream), lambda: torch.sum(x, dim=0, out=s)
+            )
+            row(
+                f"sum {NAMES[dtype]}{'' if ok else ' MISMATCH'}",
+                GiB,
+                mine,
+                theirs,
+                1.0 if dtype == torch.float32 else 0.0,
+            )
             bad += not ok
-            del x
+            x = None
             torch.cuda.empty_cache()
         b.close()
     print(f"\n{bad} below target or mismatched")

@@ -61,9 +61,27 @@ class CAttr(ctypes.Structure):
 assert ctypes.sizeof(CTensor) == 48 and CTensor.shape.offset == 24
 
 OK, E_INVALID, E_UNKNOWN_OP, E_BAD_BUFFER, E_OOM, E_DEVICE, E_NO_IMAGE, E_TOO_SMALL, E_WRONG_DEVICE = (
-    0, -1, -2, -3, -4, -5, -6, -7, -8)
-STATUS = {0: "OK", -1: "INVALID_ARGUMENT", -2: "UNKNOWN_OP", -3: "BAD_BUFFER", -4: "OUT_OF_MEMORY", -5: "DEVICE",
-          -6: "NO_KERNEL_IMAGE", -7: "BUFFER_TOO_SMALL", -8: "WRONG_DEVICE"}
+    0,
+    -1,
+    -2,
+    -3,
+    -4,
+    -5,
+    -6,
+    -7,
+    -8,
+)
+STATUS = {
+    0: "OK",
+    -1: "INVALID_ARGUMENT",
+    -2: "UNKNOWN_OP",
+    -3: "BAD_BUFFER",
+    -4: "OUT_OF_MEMORY",
+    -5: "DEVICE",
+    -6: "NO_KERNEL_IMAGE",
+    -7: "BUFFER_TOO_SMALL",
+    -8: "WRONG_DEVICE",
+}
 CPU, CUDA, CUDA_HOST = 1, 2, 3
 
 # name -> (DLPack code, bits, NumPy storage dtype)
@@ -93,22 +111,22 @@ def accum_of(name: str) -> str:
 class Backend:
     def __init__(self, path: str) -> None:
         self.lib = lib = ctypes.CDLL(os.path.abspath(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
-        P, I, LL, S, U64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_char_p, ctypes.c_uint64
+        P, INT, LL, S, U64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_char_p, ctypes.c_uint64
         TP = ctypes.POINTER(CTensor)
         sigs = {
-            "abi_version": (I, []),
+            "abi_version": (INT, []),
             "create": (P, [S]),
-            "last_create_error": (I, [S, I]),
-            "ping": (I, [P, S, I]),
-            "call": (I, [P, S, TP, I, TP, I, ctypes.POINTER(CAttr), I, U64]),
-            "stream_wait": (I, [P, U64, U64]),
-            "alloc": (LL, [P, CDtype, I, ctypes.POINTER(ctypes.c_int64)]),
-            "upload": (I, [P, LL, P, LL]),
-            "download": (I, [P, LL, P, LL]),
-            "tensor": (I, [P, LL, TP]),
-            "free": (I, [P, LL]),
-            "sync": (I, [P]),
-            "last_error": (I, [P, S, I]),
+            "last_create_error": (INT, [S, INT]),
+            "ping": (INT, [P, S, INT]),
+            "call": (INT, [P, S, TP, INT, TP, INT, ctypes.POINTER(CAttr), INT, U64]),
+            "stream_wait": (INT, [P, U64, U64]),
+            "alloc": (LL, [P, CDtype, INT, ctypes.POINTER(ctypes.c_int64)]),
+            "upload": (INT, [P, LL, P, LL]),
+            "download": (INT, [P, LL, P, LL]),
+            "tensor": (INT, [P, LL, TP]),
+            "free": (INT, [P, LL]),
+            "sync": (INT, [P]),
+            "last_error": (INT, [P, S, INT]),
             "destroy": (None, [P]),
         }
         for short, (res, args) in sigs.items():
@@ -175,8 +193,7 @@ class Backend:
             raise RuntimeError(f"tensor: {STATUS.get(rc)}: {self.error()}")
         return t
 
-    def call(self, op: str, ins: list[CTensor], outs: list[CTensor], attrs: dict | None = None,
-             stream: int = 0) -> int:
+    def call(self, op: str, ins: list[CTensor], outs: list[CTensor], attrs: dict | None = None, stream: int = 0) -> int:
         cin = (CTensor * max(1, len(ins)))(*ins)
         cout = (CTensor * max(1, len(outs)))(*outs)
         items = list((attrs or {}).items())
@@ -283,7 +300,7 @@ class Report:
         self.failures += not ok
 
     def print(self) -> None:
-        w = [max(len(r[i]) for r in self.rows + [("dtype", "op", "path", "result", "detail")]) for i in range(5)]
+        w = [max(len(r[i]) for r in [*self.rows, ("dtype", "op", "path", "result", "detail")]) for i in range(5)]
         line = lambda r: "  ".join(c.ljust(w[i]) for i, c in enumerate(r))  # noqa: E731
         print(line(("dtype", "op", "path", "result", "detail")))
         print("  ".join("-" * x for x in w))
@@ -414,8 +431,7 @@ def error_cases(b: Backend, rep: Report, cuda: bool) -> None:
     expect(rep, b, "unknown op", b.call("no_such_op", [ta], [to]), E_UNKNOWN_OP, ("add",))
     i32 = b.alloc("int32", (n,))
     ti = b.tensor(i32)
-    expect(rep, b, "int scale_add alpha=0.5", b.call("scale_add", [ti], [ti], {"alpha": 0.5}), E_INVALID,
-           ("alpha",))
+    expect(rep, b, "int scale_add alpha=0.5", b.call("scale_add", [ti], [ti], {"alpha": 0.5}), E_INVALID, ("alpha",))
     hostbuf = np.ones(n, np.float32)
     if cuda:
         fake = b.host(hostbuf, f32)
@@ -423,16 +439,15 @@ def error_cases(b: Backend, rep: Report, cuda: bool) -> None:
         expect(rep, b, "host pointer as CUDA tensor", b.call("add", [fake, ta], [to]), E_WRONG_DEVICE, ("cuda",))
         other = b.tensor(a)
         other.device_id = 1
-        expect(rep, b, "device_id 1 on a cuda:0 instance", b.call("add", [other, ta], [to]), E_WRONG_DEVICE,
-               ("cuda:1",))
-        expect(rep, b, "mixed host and device", b.call("add", [b.host(hostbuf, f32), ta], [to]), E_INVALID,
-               ("mix",))
+        expect(
+            rep, b, "device_id 1 on a cuda:0 instance", b.call("add", [other, ta], [to]), E_WRONG_DEVICE, ("cuda:1",)
+        )
+        expect(rep, b, "mixed host and device", b.call("add", [b.host(hostbuf, f32), ta], [to]), E_INVALID, ("mix",))
         past = b.tensor(a)
         past.shape = b.shape_of((n * 4,))
         past2 = b.tensor(o)
         past2.shape = b.shape_of((n * 4,))
-        expect(rep, b, "tensor past its allocation", b.call("add", [past, past], [past2]), E_INVALID,
-               ("allocation",))
+        expect(rep, b, "tensor past its allocation", b.call("add", [past, past], [past2]), E_INVALID, ("allocation",))
     wrong_shape = b.tensor(o)
     wrong_shape.shape = b.shape_of((n - 1,))
     expect(rep, b, "output shape mismatch", b.call("add", [ta, ta], [wrong_shape]), E_INVALID, ("shape",))
@@ -452,8 +467,13 @@ def error_cases(b: Backend, rep: Report, cuda: bool) -> None:
     zero_ok = zero_ok and b.call("sum", [tz], [b.tensor(s)]) == OK
     zero_ok = zero_ok and float(b.download(s, np.float32, ())) == 0.0
     rep.add("-", "errors", "zero-element add/sum", zero_ok, "" if zero_ok else b.error())
-    rep.add("-", "errors", "instance usable after errors", b.call("add", [ta, ta], [b.tensor(a)]) == OK and
-            bool(np.all(b.download(a, np.float32, (n,)) == 2.0)), b.error())
+    rep.add(
+        "-",
+        "errors",
+        "instance usable after errors",
+        b.call("add", [ta, ta], [b.tensor(a)]) == OK and bool(np.all(b.download(a, np.float32, (n,)) == 2.0)),
+        b.error(),
+    )
     b.keep.clear()
 
 
@@ -500,10 +520,12 @@ def driver_cases(b: Backend, rep: Report) -> None:
         drv.cuCtxPopCurrent()
         t = CTensor(int(ptr), CUDA, 0, 1, cdtype("float32"), b.shape_of((1024,)), None, 0)
         small = b.alloc("float32", (1024,))
-        expect(rep, b, "pointer of another context", b.call("add", [t, t], [b.tensor(small)]), E_WRONG_DEVICE,
-               ("context",))
+        expect(
+            rep, b, "pointer of another context", b.call("add", [t, t], [b.tensor(small)]), E_WRONG_DEVICE, ("context",)
+        )
         ok = b.call("add", [b.tensor(a), b.tensor(a)], [b.tensor(o)]) == OK and np.array_equal(
-            b.download(o, np.float32, (n,)), x + x)
+            b.download(o, np.float32, (n,)), x + x
+        )
         rep.add("-", "driver", "instance unharmed after it", ok, b.error())
         drv.cuCtxPushCurrent(ctx)
         drv.cuMemFree(ptr)
@@ -532,11 +554,19 @@ def main(paths: list[str]) -> int:
             total_fail += "NO_KERNEL_IMAGE" not in str(exc) or "fatbin" in path or "/ptx/" in path
             continue
         cuda = info["device"]["type"] == "cuda"
-        ok = (need > 16 and small[15:16] == b"\0" and info["abi"] == 2 and isinstance(info["stream"], int) and
-              (info["stream"] != 0) == cuda and set(info["ops"]) == {"add", "scale_add", "sum"})
+        ok = (
+            need > 16
+            and small[15:16] == b"\0"
+            and info["abi"] == 2
+            and isinstance(info["stream"], int)
+            and (info["stream"] != 0) == cuda
+            and set(info["ops"]) == {"add", "scale_add", "sum"}
+        )
         rep.add("-", "ping", f"json {need} B, stream {info['stream']:#x}", ok, json.dumps(info["device"]))
-        print(f"create {b.create_ms:.1f} ms; {info['device']['name']} cc {info['device']['capability']}, "
-              f"variant {info['variant']}, runtime {info['runtime_version']}, driver {info['driver_version']}")
+        print(
+            f"create {b.create_ms:.1f} ms; {info['device']['name']} cc {info['device']['capability']}, "
+            f"variant {info['variant']}, runtime {info['runtime_version']}, driver {info['driver_version']}"
+        )
         rng = np.random.default_rng(2026)
         sums: dict = {}
         t0 = time.perf_counter()
@@ -557,14 +587,15 @@ def main(paths: list[str]) -> int:
         got = b.download(a, np.int64, (4099,))
         with np.errstate(over="ignore"):
             want = x * np.int64(2**40 + 3) + np.int64(-(2**62))
-        rep.add("int64", "scale_add", "in place, alpha 2^40+3 (wraps)", rc == OK and np.array_equal(got, want),
-                b.error())
+        rep.add(
+            "int64", "scale_add", "in place, alpha 2^40+3 (wraps)", rc == OK and np.array_equal(got, want), b.error()
+        )
         try:
             cuda = info["device"]["type"] == "cuda"
             error_cases(b, rep, cuda)
             if cuda:
                 driver_cases(b, rep)
-        except Exception as exc:  # noqa: BLE001 - report, don't crash the table
+        except Exception as exc:
             rep.add("-", "errors", "exception", False, repr(exc))
         rc = b._sync(b.h)
         rep.add("-", "sync", "final", rc == OK, b.error() if rc else "")

@@ -58,9 +58,15 @@ def main() -> None:
     out = {
         "machine": os.uname().nodename,
         "python": sys.version.split()[0],
-        "import_ms": {"bare": round(bare, 2), "cuplug (whole package)": round(ours - bare, 2), "cuda.core": round(theirs - bare, 2)},
-        "per_operand_us": {"cuplug.dlpack": [round(v, 3) for v in per_read(read_ours)],
-                           "cuda.core StridedMemoryView": [round(v, 3) for v in per_read(read_theirs)]},
+        "import_ms": {
+            "bare": round(bare, 2),
+            "cuplug (whole package)": round(ours - bare, 2),
+            "cuda.core": round(theirs - bare, 2),
+        },
+        "per_operand_us": {
+            "cuplug.dlpack": [round(v, 3) for v in per_read(read_ours)],
+            "cuda.core StridedMemoryView": [round(v, 3) for v in per_read(read_theirs)],
+        },
         "note": "import: median of 15 fresh processes minus a bare interpreter; per operand: [median, min, max] of 20 rounds",
     }
     print(json.dumps(out, indent=2))

@@ -19,6 +19,81 @@ import xml.etree.ElementTree as ET
 from collections import OrderedDict
 
 ROW_KEYS = ("case", "how", "expect")
+# Issue 18's classes, one test module each: each gets a section of its own, in this order, with the
+# mechanism that answers the class (one paragraph) above its rows.
+SECTIONS = OrderedDict(
+    [
+        (
+            "test_hostile_toctou",
+            (
+                "1. Verified is what is loaded (the bytes hashed are the bytes mapped)",
+                "`verify.verified()` opens the artifact once (`O_NOFOLLOW`, non-blocking, a regular file of the "
+                "manifest's size), the kernel copies it into a `memfd_create` file, the copy is sealed "
+                "(`F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL`) and then read back and hashed; "
+                "the loader dlopens `/proc/self/fd/N`. Sealed copies are kept per sha256 (same bytes, same "
+                "name, the linker's existing handle); a name is never reused. Without `/proc/self/fd` or "
+                "`memfd_create`, a private 0500 copy in a 0700 directory serves. Reports keep the real path.",
+            ),
+        ),
+        (
+            "test_hostile_trust",
+            (
+                "2. Who may serve a backend (the owner's extras, found through dist-info and RECORD)",
+                "A backend name has one owner: `vector` is cuplug's (its dist-info beside the running package), "
+                "any other name belongs to the one distribution registering it in `cuplug.cpu_backends` (two "
+                "claimants: neither). A package serves the name only if the owner declares it as an extra and it "
+                "registers in `cuplug.backends`; its files are found through its own dist-info and RECORD (never "
+                "`find_spec`, never `sys.path[0]`); the CPU twin is verified against the owner's RECORD. Nothing is "
+                "imported to decide; `doctor` lists every registration it did not trust, and why.",
+            ),
+        ),
+        (
+            "test_hostile_failures",
+            (
+                "3. Every failure is a reason, never an exception",
+                "Every read is bounded (manifest 1 MiB, dist-info files 4 MiB, 256 entries, 64 targets, JSON depth, "
+                "64 devices), every manifest field is type- and range-checked (a bad entry is a rejected "
+                "`<cuda>/manifest` candidate, the rest stay usable), files are opened non-blocking and must be "
+                "regular; each step of `load()` turns the unexpected into a rejected candidate with a code. The "
+                "tools validate their arguments, run under a watchdog and print one line instead of a traceback.",
+            ),
+        ),
+        (
+            "test_hostile_driver",
+            (
+                "4. Driver facts that failed are unknown, not zero",
+                "Each driver call's status is checked; a fact it did not give is `None` (JSON `null`, doctor "
+                "`unknown`) and the failing call is in the device's `problem` and in the decision's reason "
+                "(`driver-init-failed`); an impossible version or capability is unknown too.",
+            ),
+        ),
+        (
+            "test_hostile_fork",
+            (
+                "5. fork() during load()",
+                "`loading` and `verify` register `os.register_at_fork(after_in_child=...)` handlers that replace "
+                "their locks in the child (the backend instances' own locks are `api`'s).",
+            ),
+        ),
+        (
+            "test_hostile_config",
+            (
+                "6. Knobs, hex case and what reaches the terminal",
+                "`CUPLUG_BACKEND` is lowercased (so `CPU` means cpu) and must name an installed variant (else a "
+                "`ConfigError` listing them); sha256 is compared in lowercase; text reports pass every outside "
+                "string through `report.printable` (non-printables escaped); JSON stays exact.",
+            ),
+        ),
+        (
+            "test_hostile_scaffold",
+            (
+                "7. `cuplug new-backend` never overwrites another package",
+                "Names starting with `cuplug`, keywords, standard-library modules, reserved names, installed "
+                "distributions and registered backend names are refused, as is a `--dir` that is a file.",
+            ),
+        ),
+    ]
+)
 
 
 def _result(case: ET.Element) -> str:
@@ -68,6 +143,20 @@ def _cell(results: list[tuple[str, str]]) -> str:
     return text + (f" ({params})" if params and len(params) <= 90 else "")
 
 
+def _table(rows: OrderedDict, keys: list[str], labels: list[str]) -> list[str]:
+    out = ["| case | how it is produced | expected outcome | test | " + " | ".join(labels) + " |"]
+    out.append("| --- | --- | --- | --- | " + " | ".join("---" for _ in labels) + " |")
+    for key in keys:
+        row = rows[key]
+        cells = [row["case"], row["how"], row["expect"], f"`{key}`"]
+        cells += [
+            _cell(row["results"].get(label, [])) if label in row["results"] else "— (not in this run)"
+            for label in labels
+        ]
+        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return out
+
+
 def render(rows: OrderedDict, headers: list[str], labels: list[str]) -> str:
     out = [
         "# Reliability: faults, bad input and hostile files",
@@ -83,15 +172,21 @@ def render(rows: OrderedDict, headers: list[str], labels: list[str]) -> str:
         "the CPU machine, which has no GPU.",
         "",
     ]
-    out.append("| case | how it is produced | expected outcome | test | " + " | ".join(labels) + " |")
-    out.append("| --- | --- | --- | --- | " + " | ".join("---" for _ in labels) + " |")
-    for key, row in rows.items():
-        cells = [row["case"], row["how"], row["expect"], f"`{key}`"]
-        cells += [
-            _cell(row["results"].get(label, [])) if label in row["results"] else "— (not in this run)"
-            for label in labels
-        ]
-        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    groups: OrderedDict[str, list[str]] = OrderedDict([("", []), *((m, []) for m in SECTIONS)])
+    for key in rows:
+        module = key.split("::", 1)[0]
+        groups[module if module in SECTIONS else ""].append(key)
+    for module, keys in groups.items():
+        if not keys:
+            continue
+        if module:
+            if module == next(m for m, k in groups.items() if m and k):
+                out += ["## Issue 18: hostile and broken environments", ""]
+            title, mechanism = SECTIONS[module]
+            out += [f"### {title}", "", mechanism, ""]
+        out += _table(rows, keys, labels)
+        out.append("")
+    out.pop()
     measured = [(key, where, values) for key, row in rows.items() for where, values in row["measured"].items()]
     if measured:
         out += ["", "## Measured by these tests", "", "| test | run | values |", "| --- | --- | --- |"]

@@ -58,7 +58,7 @@ def test_resident_buffers(b):
     np.testing.assert_array_equal(bz.to_host(), x + (np.float32(3) * x + np.float32(0.5)))
     assert b.run("sum", bx) == float(x.sum())
     bx.free()
-    with pytest.raises(cuplug.BackendError, match="not a live (buffer|tensor)"):
+    with pytest.raises(cuplug.BackendError, match=r"not a live (buffer|tensor)"):
         bx.to_host()
 
 
@@ -118,7 +118,7 @@ def test_buffers_of_another_instance_are_refused(b):
             b.run("add", foreign, foreign)
         b_own = b.buffer(np.ones(4, dtype=np.float32))
         stale = cuplug.Buffer(b, foreign.id, 4)  # another instance's id presented to b
-        with pytest.raises(cuplug.BackendError, match="not a live (buffer|tensor)"):
+        with pytest.raises(cuplug.BackendError, match=r"not a live (buffer|tensor)"):
             b.run("add", b_own, stale)
 
 

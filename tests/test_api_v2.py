@@ -9,6 +9,7 @@ import os
 import pickle
 import threading
 import weakref
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -159,7 +160,12 @@ def test_non_contiguous_pytorch_tensor_names_the_fix(b):
 class _FakeCudaArray:
     """A CUDA array as CuPy/Numba present it; its pointer is never touched by the CPU backend."""
 
-    __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (0xDEAD0000, False), "version": 3}
+    __cuda_array_interface__: ClassVar[dict] = {
+        "shape": (4,),
+        "typestr": "<f4",
+        "data": (0xDEAD0000, False),
+        "version": 3,
+    }
 
 
 class _FakeDLPackCuda:
@@ -305,10 +311,10 @@ def test_freed_and_reused_slots_never_alias(b):
     old.free()
     new = b.empty(4)
     assert new.id != old_id  # the slot may be reused, the id never is
-    with pytest.raises(cuplug.BackendError, match="not a live (buffer|tensor)"):
+    with pytest.raises(cuplug.BackendError, match=r"not a live (buffer|tensor)"):
         old.to_host()
     forged = cuplug.Buffer(b, old_id, 4)
-    with pytest.raises(cuplug.BackendError, match="not a live (buffer|tensor)"):
+    with pytest.raises(cuplug.BackendError, match=r"not a live (buffer|tensor)"):
         forged.to_host()
 
 

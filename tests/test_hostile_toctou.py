@@ -199,8 +199,11 @@ def test_mapping_is_one_sealed_memfd(cpu_lib_path):
 
 
 NO_PROC = r"""
-import json, os, cuplug, cuplug.verify as v
-v.PROC_SELF_FD = "/nonexistent-proc/self/fd"
+import json, os, sys, cuplug, cuplug.verify as v
+if sys.argv[1] == "no-proc":
+    v.PROC_SELF_FD = "/nonexistent-proc/self/fd"
+else:
+    os.memfd_create = None  # as on a kernel or seccomp profile without memfd_create
 b = cuplug.load()
 maps = open("/proc/self/maps").read()
 copies = [line.split()[-1] for line in maps.splitlines() if "cuplug-verified-" in line]
@@ -212,13 +215,14 @@ print(json.dumps({"variant": b.variant, "copies": sorted(set(copies)), "path": s
 
 
 @rel(
-    case="/proc/self/fd unusable (not mounted)",
-    how="verify.PROC_SELF_FD pointed at a missing directory before load()",
+    case="/proc/self/fd unusable (not mounted), or no memfd_create",
+    how="verify.PROC_SELF_FD pointed at a missing directory before load(); or os.memfd_create taken away",
     expect="the verified bytes are mapped from a private copy (file 0500 in a 0700 directory), removed at exit; "
     "never the original path",
 )
-def test_without_proc_a_private_copy_is_mapped(cpu_lib_path):
-    got = run_json(NO_PROC, clean_env())
+@pytest.mark.parametrize("missing", ["no-proc", "no-memfd"])
+def test_without_proc_a_private_copy_is_mapped(missing, cpu_lib_path):
+    got = run_json(NO_PROC.replace("sys.argv[1]", repr(missing)), clean_env())
     assert got["variant"] == "cpu" and got["sum"] == 2.0 and got["path"] == str(cpu_lib_path)
     assert len(got["copies"]) == 1 and got["mode"] == "0o500" and got["dirmode"] == "0o700", got
     assert not os.path.exists(got["copies"][0])  # removed when the process ended

@@ -9,7 +9,6 @@ is met where it would be in the field (at dlopen, not at verification).
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import shutil
@@ -440,5 +439,3 @@ def test_ctrl_c_leaves_the_backend_usable():
 
 
 # The C ABI's fuzz test lives with the v2 ABI tests: tests/test_cpu_abi_v2.py::test_c_abi_fuzz.
-
-

@@ -58,7 +58,7 @@ def stream_handle(stream: Any) -> int:
         return stream
     proto = getattr(stream, "__cuda_stream__", None)
     if proto is not None:
-        version, handle = proto() if callable(proto) else proto
+        _version, handle = proto() if callable(proto) else proto
         return int(handle)
     for attr in ("cuda_stream", "ptr", "handle"):  # torch.cuda.Stream, cupy.cuda.Stream, cuda.core Stream
         value = getattr(stream, attr, None)
@@ -90,7 +90,19 @@ def _framework_stream(obj: Any, device: int) -> int | None:
 class _Core:
     """The C handle, its lock and its live tensors; destroyed when closed and no tensor is left."""
 
-    __slots__ = ("lib", "handle", "lock", "closed", "live", "cuda", "pid", "forked_from", "device", "stream", "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "closed",
+        "cuda",
+        "device",
+        "forked_from",
+        "handle",
+        "lib",
+        "live",
+        "lock",
+        "pid",
+        "stream",
+    )
 
     def __init__(self, lib: abi.BackendLibrary, handle: int, cuda: str | None, device: int, stream: int) -> None:
         self.lib = lib
@@ -167,7 +179,7 @@ def _no_copy(self: Any, *args: Any) -> Any:
 class _Arg:
     """One tensor argument as C sees it (``ct``), with what keeps its memory valid during the call."""
 
-    __slots__ = ("ct", "keep", "dtype", "shape", "host", "obj", "stream")
+    __slots__ = ("ct", "dtype", "host", "keep", "obj", "shape", "stream")
 
     def __init__(self, ct: abi.CTensor, keep: Any, dt: dtypes.DType, shape: tuple[int, ...], host: bool, obj: Any):
         self.ct = ct
@@ -183,7 +195,7 @@ def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> bo
     if strides is None:
         return True
     expect = 1
-    for extent, stride in zip(reversed(shape), reversed(strides)):
+    for extent, stride in zip(reversed(shape), reversed(strides), strict=True):
         if extent != 1 and stride != expect:
             return False
         expect *= extent
@@ -214,7 +226,7 @@ def _from_memoryview(obj: Any, name: str, writable: bool) -> _Arg:
         raise InvalidInputError(f"{name}: buffer format {view.format!r} is not a dtype cuplug knows")
     if not view.c_contiguous:
         raise _not_contiguous(name)
-    shape = tuple(view.shape) if view.ndim else ()
+    shape = tuple(view.shape or ()) if view.ndim else ()
     if view.readonly and writable:
         raise InvalidInputError(f"{name}: output array is read-only")
     if view.nbytes == 0:
@@ -342,7 +354,7 @@ class Backend:
     def _check(self, rc: int, what: str) -> None:
         if rc >= 0:
             return
-        text = self._core.lib.last_error(self._core.handle) or f"error {rc}"
+        text = self._core.lib.last_error(self._core.handle or 0) or f"error {rc}"
         msg = text if text.startswith(f"{what}:") else f"{what}: {text}"
         if rc == abi.E_BAD_BUFFER:
             raise BufferError_(msg, rc)
@@ -443,8 +455,10 @@ class Backend:
         handle = self._live_handle()
         launch = stream_handle(stream) if stream is not None else None  # None: the instance's stream
         handshake = launch if launch is not None else self._core.stream
-        args = [self._arg(x, f"{op}: {sig.inputs[i].name if i < len(sig.inputs) else i}", False, handshake)
-                for i, x in enumerate(inputs)]
+        args = [
+            self._arg(x, f"{op}: {sig.inputs[i].name if i < len(sig.inputs) else i}", False, handshake)
+            for i, x in enumerate(inputs)
+        ]
         specs = [(a.dtype, a.shape) for a in args]
         attr_values = sig.attr_values(attrs)
         sig.check_inputs(specs, attr_values)
@@ -461,8 +475,10 @@ class Backend:
             if len(outs_given) != len(sig.outputs):
                 raise InvalidInputError(f"{op} has {len(sig.outputs)} output(s), out= gave {len(outs_given)}")
             results = outs_given
-            out_args = [self._arg(o, f"{op}: out {sig.outputs[i].name}", True, handshake) for i, o in enumerate(results)]
-            for i, (a, (dt, shape)) in enumerate(zip(out_args, out_specs)):
+            out_args = [
+                self._arg(o, f"{op}: out {sig.outputs[i].name}", True, handshake) for i, o in enumerate(results)
+            ]
+            for i, (a, (dt, shape)) in enumerate(zip(out_args, out_specs, strict=True)):
                 if a.dtype is not dt or a.shape != shape:
                     raise InvalidInputError(
                         f"{op}: out has {_numel(a.shape)} elements ({a.dtype.name}{list(a.shape)}); "
@@ -473,7 +489,10 @@ class Backend:
         elif host and not resident:
             results = [_new_host(inputs[0] if inputs else None, dt, shape) for dt, shape in out_specs]
             # array.array holds a flat copy of any shape: the descriptor carries the op's shape.
-            out_args = [_reshaped(self._arg(r, f"{op}: out", True, None), shape) for r, (_, shape) in zip(results, out_specs)]
+            out_args = [
+                _reshaped(self._arg(r, f"{op}: out", True, None), shape)
+                for r, (_, shape) in zip(results, out_specs, strict=True)
+            ]
         else:
             owned = [self.empty(shape, dt) for dt, shape in out_specs]
             results = list(owned)
@@ -482,7 +501,7 @@ class Backend:
         c_out = (abi.CTensor * max(len(out_args), 1))(*(a.ct for a in out_args))
         c_attrs = (abi.CAttr * max(len(attr_values), 1))()
         names = [name.encode() for name, _, _ in attr_values]
-        for i, (name, kind, value) in enumerate(attr_values):
+        for i, (_, kind, value) in enumerate(attr_values):
             c_attrs[i].name = names[i]
             if kind == "int64":
                 c_attrs[i].kind, c_attrs[i].value.i = abi.ATTR_INT64, int(value)
@@ -514,7 +533,9 @@ class Backend:
             t._stream = produced
             t._template = template
         if (host or resident) and out is None:
-            results = [_scalar(r) if o.shape_rule.get("scalar") else r for r, o in zip(results, sig.outputs)]
+            results = [
+                _scalar(r) if o.shape_rule.get("scalar") else r for r, o in zip(results, sig.outputs, strict=True)
+            ]
         return results[0] if len(results) == 1 else tuple(results)
 
     def _order_frameworks_after(self, handle: int, objs: list[Any]) -> None:
@@ -527,7 +548,7 @@ class Backend:
     # ---- resident tensors
     def empty(self, shape: int | tuple[int, ...] | list[int], dtype: Any = "float32") -> Tensor:
         """A resident tensor (device memory on CUDA) of ``shape`` and ``dtype``; contents undefined."""
-        dims = (shape,) if isinstance(shape, int) and not isinstance(shape, bool) else tuple(shape)
+        dims: tuple[int, ...] = (shape,) if isinstance(shape, int) else tuple(shape)
         if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims):
             raise InvalidInputError(f"shape must be non-negative ints, got {shape!r}")
         if isinstance(shape, int) and shape <= 0:
@@ -591,7 +612,9 @@ def _new_host(template: Any, dt: dtypes.DType, shape: tuple[int, ...]) -> Any:
             return np.empty(shape, dtype=tdt)
         return np.empty(shape, dtype=dt.name)
     if not dt.array_code:
-        raise InvalidInputError(f"a {dt.name} host result needs NumPy or PyTorch (array.array has no {dt.name}); pass out=")
+        raise InvalidInputError(
+            f"a {dt.name} host result needs NumPy or PyTorch (array.array has no {dt.name}); pass out="
+        )
     return array.array(dt.array_code, bytes(dt.itemsize * max(_numel(shape), 1 if shape == () else 0)))
 
 
@@ -629,7 +652,7 @@ class Tensor:
         self._dead: str | None = None
         self._desc: abi.CTensor | None = None
         self._stream = backend._core.stream
-        self._finalizer: weakref.finalize | None = None  # set by _own(): only Backend.empty() owns memory
+        self._finalizer: Any = None  # a weakref.finalize, set by _own(): only Backend.empty() owns memory
 
     def _own(self) -> None:
         self._finalizer = weakref.finalize(self, self._core.release, self.id)
@@ -721,7 +744,9 @@ class Tensor:
                 raise BackendClosedError("this tensor's backend is closed")
             self._handle()
             if self._finalizer is None:
-                raise BufferError_(f"this Tensor object does not own buffer {self.id:#x}: it is not a live buffer of it")
+                raise BufferError_(
+                    f"this Tensor object does not own buffer {self.id:#x}: it is not a live buffer of it"
+                )
             self._dead = "freed"
             if not self._exported:
                 self._finalizer()  # frees now, exactly once

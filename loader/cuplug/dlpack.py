@@ -68,7 +68,7 @@ class Imported:
     """A producer's tensor, read in place: ``tensor`` (the DLTensor, a view into the producer's memory),
     ``read_only``; valid while this object (which holds the capsule) lives."""
 
-    __slots__ = ("capsule", "tensor", "read_only")
+    __slots__ = ("capsule", "read_only", "tensor")
 
     def __init__(self, capsule: Any) -> None:
         self.capsule = capsule
@@ -93,23 +93,26 @@ def _release(ctx: int) -> None:
         _exports.pop(ctx, None)
 
 
-@_DELETER
-def _delete_legacy(ptr: int) -> None:
+def _release_legacy(ptr: int) -> None:
     _release(DLManagedTensor.from_address(ptr).manager_ctx)
 
 
-@_DELETER
-def _delete_versioned(ptr: int) -> None:
+def _release_versioned(ptr: int) -> None:
     _release(DLManagedTensorVersioned.from_address(ptr).manager_ctx)
 
 
-@_DELETER
-def _capsule_gone(capsule: int) -> None:
+def _release_unconsumed(capsule: int) -> None:
     # Still carrying its own name: no consumer took it, so its tensor is ours to release.
-    for name, deleter in ((_LEGACY, _delete_legacy), (_VERSIONED, _delete_versioned)):
+    for name, release in ((_LEGACY, _release_legacy), (_VERSIONED, _release_versioned)):
         if _raw_api.PyCapsule_IsValid(capsule, name):
-            deleter(_raw_api.PyCapsule_GetPointer(capsule, name))
+            release(_raw_api.PyCapsule_GetPointer(capsule, name))
             return
+
+
+# C function pointers the consumer (or the capsule's destructor) calls; kept alive with the module.
+_delete_legacy = _DELETER(_release_legacy)
+_delete_versioned = _DELETER(_release_versioned)
+_capsule_gone = _DELETER(_release_unconsumed)
 
 
 def export(
@@ -141,7 +144,9 @@ def export(
         managed.deleter = ctypes.cast(_delete_legacy, ctypes.c_void_p)
     with _exports_lock:
         _exports[ctx] = (managed, shape_array, owner)
-    return _obj_api.PyCapsule_New(ctx, _VERSIONED if versioned else _LEGACY, ctypes.cast(_capsule_gone, ctypes.c_void_p))
+    return _obj_api.PyCapsule_New(
+        ctx, _VERSIONED if versioned else _LEGACY, ctypes.cast(_capsule_gone, ctypes.c_void_p)
+    )
 
 
 def live_exports() -> int:

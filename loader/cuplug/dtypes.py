@@ -17,7 +17,7 @@ class DType:
     buffer-protocol format (``""`` where Python has none: bfloat16), its ``__cuda_array_interface__``
     typestr, and the ``array.array`` typecode that can hold it (``""``: none)."""
 
-    __slots__ = ("name", "code", "bits", "itemsize", "format", "typestr", "array_code", "is_float")
+    __slots__ = ("array_code", "bits", "code", "format", "is_float", "itemsize", "name", "typestr")
 
     def __init__(self, name: str, code: int, bits: int, fmt: str, typestr: str, array_code: str) -> None:
         self.name = name

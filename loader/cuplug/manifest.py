@@ -37,7 +37,7 @@ import re
 import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 MANIFEST_SCHEMA = 1
 ENTRY_POINT_GROUP = "cuplug.backends"
@@ -71,7 +71,10 @@ class ManifestError(ValueError):
 
 def normalize(name: str) -> str:
     """PEP 503 name normalization, with '_' (the dist-info spelling): 'Cuplug-CUDA13' -> 'cuplug_cuda13'."""
-    return re.sub(r"[-_.]+", "_", name).lower()
+    name = name.lower().replace("-", "_").replace(".", "_")
+    while "__" in name:
+        name = name.replace("__", "_")
+    return name
 
 
 def read_bounded(path: Path | str, limit: int) -> bytes:
@@ -230,8 +233,7 @@ class InstalledPackage:
     problems: tuple[str, ...] = ()  # manifest entries that were refused (the rest are used)
 
 
-@dataclasses.dataclass(frozen=True)
-class Refused:
+class Refused(NamedTuple):
     """An installed registration cuplug does not trust, and why (shown by doctor)."""
 
     distribution: str
@@ -240,7 +242,7 @@ class Refused:
     reason: str
 
     def to_json(self) -> dict[str, str]:
-        return dataclasses.asdict(self)
+        return dict(self._asdict())
 
 
 def read_manifest_document(directory: Path) -> dict[str, Any]:
@@ -289,8 +291,7 @@ def read_manifest(directory: Path, cuda: str = "") -> tuple[Artifact, ...]:
 # ---- installed distributions (dist-info), read without importlib.metadata --------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class EntryPoint:
+class EntryPoint(NamedTuple):
     name: str
     value: str
 
@@ -298,20 +299,29 @@ class EntryPoint:
 class Distribution:
     """One ``*.dist-info`` directory; its files are read lazily, bounded, and never raise."""
 
-    def __init__(self, name: str, dist_info: Path) -> None:
+    def __init__(self, name: str, dist_info: Path | str) -> None:
         self.name = name  # normalized
-        self.dist_info = dist_info
-        self.site = dist_info.parent
+        self._dist_info = dist_info
         self._entry_points: dict[str, list[EntryPoint]] | None = None
-        self._record: dict[str, tuple[str | None, int | None]] | None = None
+        self._record: dict[str, tuple[str, str]] | None = None
         self.record_error: str | None = None
+
+    @property
+    def dist_info(self) -> Path:
+        if not isinstance(self._dist_info, Path):
+            self._dist_info = Path(self._dist_info)
+        return self._dist_info
+
+    @property
+    def site(self) -> Path:
+        return self.dist_info.parent
 
     def __repr__(self) -> str:
         return f"<Distribution {self.name} at {self.dist_info}>"
 
     def _text(self, member: str) -> str | None:
         try:
-            return read_bounded(self.dist_info / member, MAX_METADATA_BYTES).decode("utf-8", "replace")
+            return read_bounded(os.path.join(self._dist_info, member), MAX_METADATA_BYTES).decode("utf-8", "replace")
         except ManifestError as exc:
             if member == "RECORD":
                 self.record_error = str(exc)
@@ -343,23 +353,31 @@ class Distribution:
             if not line.lower().startswith("requires-dist:"):
                 continue
             req, _, marker = line.split(":", 1)[1].partition(";")
-            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
-            if m and re.search(r"\bextra\s*==\s*['\"][^'\"]+['\"]", marker):
-                found.add(normalize(m.group(1)))
+            name = req.strip()
+            for stop in " <>=!~[(@":
+                name = name.split(stop, 1)[0]
+            if name and "extra" in marker and "==" in marker.replace(" ", "").split("extra", 1)[1][:2]:
+                found.add(normalize(name))
         return found
 
-    def record(self) -> dict[str, tuple[str | None, int | None]]:
-        """RECORD: relative path -> (sha256 hex or None, size or None)."""
+    def record(self) -> dict[str, tuple[str, str]]:
+        """RECORD: relative path -> (its hash field, its size field), as written."""
         if self._record is None:
-            rows: dict[str, tuple[str | None, int | None]] = {}
+            rows: dict[str, tuple[str, str]] = {}
             for line in (self._text("RECORD") or "").splitlines():
                 parts = line.rsplit(",", 2)
-                if len(parts) != 3 or not parts[0]:
-                    continue
-                path, digest, size = parts
-                rows[path.strip('"')] = (_record_sha256(digest), int(size) if size.isdigit() else None)
+                if len(parts) == 3 and parts[0]:
+                    rows[parts[0].strip('"')] = (parts[1], parts[2])
             self._record = rows
         return self._record
+
+    def recorded(self, path: str) -> tuple[str | None, int | None] | None:
+        """(sha256 hex or None, size or None) that RECORD holds for ``path``; None when it does not list it."""
+        entry = self.record().get(path)
+        if entry is None:
+            return None
+        digest, size = entry
+        return _record_sha256(digest), int(size) if size.isdigit() and len(size) < 16 else None
 
 
 def _record_sha256(field: str) -> str | None:
@@ -403,7 +421,7 @@ class Installed:
             for meta in sorted(names):
                 name = normalize(meta[: -len(".dist-info")].split("-")[0])
                 if name and name not in self.dists:
-                    self.dists[name] = Distribution(name, Path(entry).absolute() / meta)
+                    self.dists[name] = Distribution(name, os.path.join(os.path.abspath(entry), meta))
 
     def entry_points(self, group: str) -> list[tuple[Distribution, EntryPoint]]:
         return [(d, ep) for d in self.dists.values() for ep in d.entry_points(group)]
@@ -427,14 +445,12 @@ def own_distribution() -> Distribution | None:
     return None
 
 
-@dataclasses.dataclass(frozen=True)
-class Owner:
+class Owner(NamedTuple):
     distribution: Distribution
     package: str  # the directory (relative to the site) that holds the CPU twin, e.g. "cuplug/_cpu"
 
 
-@dataclasses.dataclass
-class Discovery:
+class Discovery(NamedTuple):
     """Everything installed that bears on one backend name."""
 
     backend: str
@@ -530,7 +546,7 @@ def _package(dist: Distribution, ep: EntryPoint) -> InstalledPackage:
 def _cpu_twin(backend: str, owner: Owner) -> tuple[Artifact | None, str | None]:
     rel = f"{owner.package}/libcuplug_{backend}_cpu.so"
     dist = owner.distribution
-    entry = dist.record().get(rel)
+    entry = dist.recorded(rel)
     if entry is None:
         why = dist.record_error or f"{dist.dist_info.name}/RECORD does not list {rel}"
         return None, f"the CPU backend of '{backend}' cannot be verified: {why}"

@@ -65,7 +65,7 @@ def format_trace(trace: Trace) -> str:
     lines: list[str] = []
     label = tag(trace.backend)
 
-    def _row(key: str, value: object) -> str:  # noqa: F811 - this report's label
+    def _row(key: str, value: object) -> str:
         return f"{label} {printable(key):<20}: {printable(value)}"
 
     if p is None:
@@ -79,8 +79,11 @@ def format_trace(trace: Trace) -> str:
             lines.append(_row(f"device {d.index}", _device_line(d)))
     runtimes = sorted({a.cuda_version for pkg in trace.packages for a in pkg.artifacts})
     lines.append(_row("runtime version", ", ".join(runtimes) or "no CUDA backend installed"))
-    abis = sorted({a.abi for pkg in trace.packages for a in pkg.artifacts})
-    lines.append(_row("backend ABI", ", ".join(f"v{v}" for v in abis) or "-"))
+    from .abi import ABI_VERSION  # what this loader speaks; the artifacts' own versions if any differ
+
+    others = sorted({a.abi for pkg in trace.packages for a in pkg.artifacts} - {ABI_VERSION})
+    differ = f" (installed artifacts also: {', '.join(f'v{v}' for v in others)})" if others else ""
+    lines.append(_row("backend ABI", f"v{ABI_VERSION}{differ}"))
     caps = sorted(
         {t for pkg in trace.packages for a in pkg.artifacts for t in a.sass}, key=lambda t: select._arch(t)[:2]
     )

@@ -36,8 +36,12 @@ class HostBuffer:
     def __dlpack__(self, stream: Any = None, max_version: Any = None, **_: Any) -> Any:
         versioned = max_version is not None and tuple(max_version) >= (1, 0)
         return dlpack.export(
-            self, ctypes.addressof(self.raw), self.__dlpack_device__(), abi.CDtype(self.dtype.code, self.dtype.bits, 1),
-            self.shape, versioned,
+            self,
+            ctypes.addressof(self.raw),
+            self.__dlpack_device__(),
+            abi.CDtype(self.dtype.code, self.dtype.bits, 1),
+            self.shape,
+            versioned,
         )
 
     def values(self) -> list[float]:
@@ -52,7 +56,9 @@ class HostBuffer:
         if self.dtype.name == "bfloat16":  # the values are exact in bfloat16: truncating the float32 bits is exact
             data = b"".join(struct.pack("<H", struct.unpack("<I", struct.pack("<f", v))[0] >> 16) for v in values)
         else:
-            data = struct.pack(f"<{len(values)}{self.dtype.format}", *(int(v) if not self.dtype.is_float else v for v in values))
+            data = struct.pack(
+                f"<{len(values)}{self.dtype.format}", *(int(v) if not self.dtype.is_float else v for v in values)
+            )
         ctypes.memmove(self.raw, data, len(data))
 
 
@@ -91,7 +97,7 @@ def run_sample(backend: Any, sig: OpSignature) -> list[HostBuffer]:
 
 def compare(got: list[HostBuffer], want: list[HostBuffer]) -> str | None:
     """None when each output agrees (bits for integers, 1e-3 of the largest magnitude for floats)."""
-    for k, (g, w) in enumerate(zip(got, want)):
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
         if not g.dtype.is_float:
             if bytes(g.raw) != bytes(w.raw):
                 gv, wv = g.values(), w.values()
@@ -100,7 +106,7 @@ def compare(got: list[HostBuffer], want: list[HostBuffer]) -> str | None:
             continue
         gv, wv = g.values(), w.values()
         scale = max([1.0] + [abs(v) for v in wv])
-        for i, (a, b) in enumerate(zip(gv, wv)):
+        for i, (a, b) in enumerate(zip(gv, wv, strict=True)):
             if not abs(a - b) <= 1e-3 * scale:
                 return f"output {k}: element {i} is {a}, the CPU twin gives {b}"
     return None

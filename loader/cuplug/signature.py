@@ -21,7 +21,7 @@ def _numel(shape: Shape) -> int:
 
 
 class Input:
-    __slots__ = ("name", "dtypes", "like", "shape_rule")
+    __slots__ = ("dtypes", "like", "name", "shape_rule")
 
     def __init__(self, spec: dict[str, Any]) -> None:
         self.name = str(spec.get("name", "x"))
@@ -32,7 +32,7 @@ class Input:
 
 
 class Output:
-    __slots__ = ("name", "dtype_rule", "shape_rule")
+    __slots__ = ("dtype_rule", "name", "shape_rule")
 
     def __init__(self, spec: dict[str, Any]) -> None:
         self.name = str(spec.get("name", "out"))
@@ -41,7 +41,7 @@ class Output:
 
 
 class Attr:
-    __slots__ = ("name", "kind", "default")
+    __slots__ = ("default", "kind", "name")
 
     def __init__(self, spec: dict[str, Any]) -> None:
         self.name = str(spec["name"])
@@ -51,7 +51,7 @@ class Attr:
 
 
 class SizeRule:
-    __slots__ = ("input", "multiple_of", "min", "max")
+    __slots__ = ("input", "max", "min", "multiple_of")
 
     def __init__(self, spec: dict[str, Any]) -> None:
         self.input = int(spec.get("input", 0))
@@ -100,7 +100,7 @@ class OpSignature:
         if len(specs) != len(self.inputs):
             names = ", ".join(i.name for i in self.inputs)
             raise InvalidInputError(f"{self.name} takes {len(self.inputs)} input(s) ({names}), got {len(specs)}")
-        for i, (inp, (dt, shape)) in enumerate(zip(self.inputs, specs)):
+        for i, (inp, (dt, shape)) in enumerate(zip(self.inputs, specs, strict=True)):
             if inp.like is not None and 0 <= inp.like < len(specs):
                 model = self.inputs[inp.like]
                 mdt, mshape = specs[inp.like]
@@ -179,7 +179,9 @@ class OpSignature:
             result.append((dt, self._rule_shape(sr, specs, values)))
         return result
 
-    def _rule_shape(self, rule: dict[str, Any], specs: list[tuple[dtypes.DType, Shape]], values: dict[str, Any]) -> Shape:
+    def _rule_shape(
+        self, rule: dict[str, Any], specs: list[tuple[dtypes.DType, Shape]], values: dict[str, Any]
+    ) -> Shape:
         """The shape a rule gives: like input k, a scalar, ceil(numel(k) / attr), or attr elements."""
         if rule.get("scalar"):
             return ()

@@ -1,10 +1,11 @@
 """Checks an artifact before dlopen, so that the bytes that were hashed are the bytes that get mapped.
 
 The file is opened once (no symlink at the last component, non-blocking, must be a
-regular file of the manifest's size) and read once, in chunks, into an anonymous
-in-memory file (``memfd_create``); the chunks are hashed as they are copied. The
-copy is then sealed (``F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL``:
-nobody, this process included, can change it any more) and the loader dlopens
+regular file of the manifest's size) and copied once, by the kernel (``sendfile``),
+into an anonymous in-memory file (``memfd_create``). The copy is sealed
+(``F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL``: nobody, this process
+included, can change it any more), then the sealed bytes are read back and
+hashed and their ELF header checked, and the loader dlopens
 ``/proc/self/fd/N`` of it. Renaming another file over the artifact or rewriting it in
 place (``cp``) after that changes nothing that is mapped; doing it during the read
 gives a digest that differs (artifact-corrupt), never a planted constructor or a
@@ -26,13 +27,13 @@ debugger to this process anyway.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 import stat
 import struct
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 from . import reasons
 from .elfarch import host_arch, machine_of
@@ -46,8 +47,7 @@ PROC_SELF_FD = "/proc/self/fd"  # a module attribute, so a test can take /proc a
 CHUNK = 1 << 20
 
 
-@dataclasses.dataclass(frozen=True)
-class Verified:
+class Verified(NamedTuple):
     """A checked artifact: ``path`` is the real file (what reports show), ``load_path`` what to dlopen."""
 
     path: Path
@@ -56,8 +56,7 @@ class Verified:
     how: str  # "memfd" (sealed in-memory copy) or "private-copy" (no /proc/self/fd)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Image:
+class _Image(NamedTuple):
     fd: int | None
     load_path: str
     ident: tuple[int, int]  # (st_dev, st_ino) of the sealed copy, to notice a descriptor closed under us
@@ -144,8 +143,14 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[n:]
 
 
-def _copy_and_hash(src: int, sink: int, size: int, path: Path) -> tuple[str, bytes]:
-    """Reads exactly ``size`` bytes of ``src`` into ``sink`` (if >= 0), hashing them; (hex digest, first 64 bytes)."""
+def _copy_and_hash(src: int, sink: int, size: int, path: Path, write_to: int = -1) -> tuple[str, bytes]:
+    """Reads exactly ``size`` bytes of ``src`` and hashes them: (hex digest, first 64 bytes).
+
+    ``sink`` >= 0 (a memfd): copied by the kernel, sealed, then the copy is hashed. Otherwise
+    read here in chunks, each hashed and (``write_to`` >= 0) written there.
+    """
+    if sink >= 0:
+        return _kernel_copy_then_hash(src, sink, size, path)
     digest = hashlib.sha256()
     head = b""
     remaining = size
@@ -157,13 +162,39 @@ def _copy_and_hash(src: int, sink: int, size: int, path: Path) -> tuple[str, byt
             digest.update(chunk)
             if len(head) < 64:
                 head += chunk[: 64 - len(head)]
-            if sink >= 0:
-                _write_all(sink, chunk)
+            if write_to >= 0:
+                _write_all(write_to, chunk)
             remaining -= len(chunk)
         if os.read(src, 1):
             raise _corrupt(f"{path.name}: longer than the manifest's {size} bytes (grew while read)")
     except OSError as exc:
         raise _corrupt(f"{path.name}: read failed: {exc.strerror or exc}") from None
+    return digest.hexdigest(), head
+
+
+def _kernel_copy_then_hash(src: int, sink: int, size: int, path: Path) -> tuple[str, bytes]:
+    """The file copied into the memfd by the kernel (sendfile), the memfd sealed, then its bytes hashed.
+
+    What is hashed is the sealed copy itself (read back from it), so nothing can change
+    between the hash and the dlopen of that copy.
+    """
+    copied = 0
+    try:
+        while copied < size:
+            n = os.sendfile(sink, src, copied, size - copied)
+            if n == 0:
+                raise _corrupt(f"{path.name}: ended after {copied} of {size} bytes (truncated while read)")
+            copied += n
+        if os.pread(src, 1, size):
+            raise _corrupt(f"{path.name}: longer than the manifest's {size} bytes (grew while read)")
+    except OSError as exc:
+        raise _corrupt(f"{path.name}: read failed: {exc.strerror or exc}") from None
+    _seal(sink)
+    digest, offset, head = hashlib.sha256(), 0, b""
+    while chunk := os.pread(sink, CHUNK, offset):
+        digest.update(chunk)
+        head = head or chunk[:64]
+        offset += len(chunk)
     return digest.hexdigest(), head
 
 
@@ -217,7 +248,7 @@ def _private_copy(src_fd: int, data_fd: int | None, path: Path, sha: str) -> str
                 offset += len(chunk)
         else:  # no memfd: read the file again, and hash what is written
             os.lseek(src_fd, 0, os.SEEK_SET)
-            got, _ = _copy_and_hash(src_fd, fd, os.fstat(src_fd).st_size, path)
+            got, _ = _copy_and_hash(src_fd, -1, os.fstat(src_fd).st_size, path, write_to=fd)
             if got != sha:
                 raise _corrupt(f"{path.name}: sha256 differs from the manifest (file altered while read)")
     finally:
@@ -243,7 +274,14 @@ def verified(artifact: Artifact) -> Verified:
         if st.st_size != artifact.size:
             raise _corrupt(f"{path.name}: size {st.st_size} != manifest {artifact.size} (truncated or replaced)")
         sink, _why_not = _new_sink(path.name)  # -1: no memfd, the private copy serves
-        sha, head = _copy_and_hash(src, sink, artifact.size, path)
+        try:
+            sha, head = _copy_and_hash(src, sink, artifact.size, path)
+        except (OSError, AttributeError):  # sealing refused (an old kernel): the private copy serves
+            if sink < 0:
+                raise
+            os.close(sink)
+            sink = -1
+            sha, head = _copy_and_hash(src, sink, artifact.size, path)
         if sha != artifact.sha256.lower():
             raise _corrupt(f"{path.name}: sha256 differs from the manifest (file altered)")
         check_elf_header(head, path.name)
@@ -273,11 +311,7 @@ def _still_ours(image: _Image) -> bool:
 
 def _keep(src: int, sink: int, path: Path, sha: str) -> _Image:
     """Seals the copy and gives it a name that was never dlopened before."""
-    if sink >= 0:
-        try:
-            _seal(sink)
-        except (OSError, AttributeError) as exc:
-            raise ArtifactError(f"{path.name}: cannot seal the verified copy: {exc}", reasons.LOAD_FAILED) from None
+    if sink >= 0:  # sealed already (before it was hashed)
         fd = _renumber(sink)
         name = _proc_path(fd)
         if name is not None and name not in _used_names:

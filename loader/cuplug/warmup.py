@@ -69,9 +69,7 @@ class WarmResult:
     error: str | None = None
 
 
-def warm(
-    env: dict[str, str] | None = None, backend: str = "vector"
-) -> tuple[list[WarmResult], str | None, str | None]:
+def warm(env: dict[str, str] | None = None, backend: str = "vector") -> tuple[list[WarmResult], str | None, str | None]:
     """(results, why nothing could be warmed, decision code) for every accepted ptx artifact."""
     env = dict(os.environ) if env is None else env
     trace = loading.decide(backend, env=env)
@@ -89,10 +87,10 @@ def warm(
         forced = {**env, "CUPLUG_BACKEND": f"{cand.cuda}:ptx", "CUPLUG_REQUIRE_CUDA": "1"}
         t0 = time.perf_counter()
         try:
-            with loading.load(trace.backend, env=forced) as backend:
-                first = (time.perf_counter() - t0) * 1e3 + _every_op(backend)
-                second = _every_op(backend)
-                device = backend.info().get("device", {}).get("name")
+            with loading.load(trace.backend, env=forced) as loaded:
+                first = (time.perf_counter() - t0) * 1e3 + _every_op(loaded)
+                second = _every_op(loaded)
+                device = loaded.info().get("device", {}).get("name")
             results.append(WarmResult(cand.label, device, round(first, 2), round(second, 3)))
         except CuplugError as exc:
             results.append(WarmResult(cand.label, None, 0.0, 0.0, str(exc)))

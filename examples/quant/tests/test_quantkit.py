@@ -164,11 +164,16 @@ def test_a_blocksize_that_is_not_positive_is_refused(blocksize):
 
 
 def test_dequantize_checks_the_length_of_absmax():
+    """The signature gives absmax its shape (one scale per block of q): refused before the call."""
     q = np.zeros(300, np.int8)
-    with pytest.raises(cuplug.InvalidInputError, match=r"absmax has 1 elements; .* blocks of 256 needs 2"):
+    with pytest.raises(
+        cuplug.InvalidInputError, match=r"dequantize_blockwise: absmax has shape \[1\]; it must be \[2\]"
+    ):
         quantkit.dequantize(q, np.ones(1, np.float32))
-    with pytest.raises(cuplug.InvalidInputError, match="absmax has 3 elements"):
+    with pytest.raises(cuplug.InvalidInputError, match=r"absmax has shape \[3\]; it must be \[2\]"):
         quantkit.dequantize(q, np.ones(3, np.float32))
+    with pytest.raises(cuplug.InvalidInputError, match=r"absmax has shape \[3\]; it must be \[5\]"):
+        quantkit.dequantize(q, np.ones(3, np.float32), blocksize=64)
 
 
 def test_the_signature_refuses_other_dtypes():

@@ -62,10 +62,14 @@ def test_segment_sum_from_float16_and_float32(dtype):
 
 
 def test_segment_sum_size_rule_is_checked_before_the_call():
-    with pytest.raises(cuplug.InvalidInputError, match=r"segment_sum: x has 1000 elements; it must have a multiple of 256"):
+    with pytest.raises(
+        cuplug.InvalidInputError, match=r"segment_sum: x has 1000 elements; it must have a multiple of 256"
+    ):
         scankit.segment_sum(array.array("f", [1.0] * 1000), 256)
 
 
 def test_segment_sum_reports_its_own_message():
-    with pytest.raises(cuplug.InvalidInputError, match=r"segment must be a positive multiple of 256 dividing n=1024, got 300"):
+    with pytest.raises(
+        cuplug.InvalidInputError, match=r"segment must be a positive multiple of 256 dividing n=1024, got 300"
+    ):
         scankit.segment_sum(array.array("f", [1.0] * 1024), 300)

@@ -298,18 +298,18 @@ def wheels(session: nox.Session) -> None:
 VARIANT_MATRIX = ROOT / "packaging" / "variant-wheels.json"
 
 
-def _variant_wheels(session: nox.Session, out: Path) -> Path:
+def _variant_wheels(session: nox.Session, out: Path, arch: str = "x86_64") -> Path:
     """Per CUDA major, from one build directory (VARIANT_MATRIX): the all-variant wheel, one PEP 825
     variant wheel per dedicated SASS variant (+ PTX), the null variant (PTX) and the variants.json index."""
     from cuplug.build import artifacts, toolchain, variants, wheel
 
-    sysroot = toolchain.install_sysroot(session.log)
+    sysroot = toolchain.install_sysroot(session.log, arch)
     shutil.rmtree(out, ignore_errors=True)
     version = PROJECT["version"]
     for major in CUDA_MAJORS:
-        build_dir = ROOT / "build" / "variant-backends" / major
+        build_dir = ROOT / "build" / ("variant-backends" if arch == "x86_64" else f"variant-backends-{arch}") / major
         artifacts.build_backend(
-            toolchain.install(major, session.log),
+            toolchain.install(major, session.log, arch),
             ROOT / "backends",
             build_dir,
             sysroot=sysroot,
@@ -322,8 +322,8 @@ def _variant_wheels(session: nox.Session, out: Path) -> Path:
         with tempfile.TemporaryDirectory() as tmp:
             kw = {"name": name, "version": version, "requires": f"cuplug=={version}"}
             summary = f"CUDA {major[4:]} variants of cuplug's vector backend"
-            raw = wheel.build_backend_wheel(build_dir, Path(tmp), summary=summary, **kw)
-            wheel.repair_wheel(raw, out, run=session.run)
+            raw = wheel.build_backend_wheel(build_dir, Path(tmp), summary=summary, tag=wheel.raw_tag(arch), **kw)
+            wheel.repair_wheel(raw, out, run=session.run, plat=wheel.target_plat(arch))
             variants.build_variant_wheels(build_dir, out, summary=summary, run=session.run, log=session.log, **kw)
     session.run(
         "python",
@@ -340,8 +340,10 @@ def _variant_wheels(session: nox.Session, out: Path) -> Path:
 def variant_wheels(session: nox.Session) -> None:
     """dist/ as `wheels` makes it, plus dist/variants/: PEP 825 variant wheels of both backend wheels + index files."""
     session.install(*BUILD_TOOLS)
-    _all_wheels(session, ROOT / "dist")
-    _variant_wheels(session, ROOT / "dist" / "variants")
+    arch, _ = _arch_and_args(session)  # `-- --arch aarch64`: dist-aarch64/ and dist-aarch64/variants/
+    dist = ROOT / ("dist" if arch == "x86_64" else f"dist-{arch}")
+    _all_wheels(session, dist, arch)
+    _variant_wheels(session, dist / "variants", arch)
 
 
 @nox.session

@@ -240,6 +240,9 @@ def build_variant_wheels(
     out_dir.mkdir(parents=True, exist_ok=True)
     made: list[Path] = []
     docs = []
+    # The CPU the manifest's artifacts are for (x86_64 for manifests from before the field): aarch64
+    # variant wheels from a cross build get manylinux_2_17_aarch64 like the all-variant wheel.
+    arch = next((str(a["arch"]) for a in manifest.get("artifacts", ()) if a.get("arch")), "x86_64")
     for p in plan(manifest):
         props = {} if p.label == NULL_LABEL else properties_of(p.artifacts)
         metadata = variant_json(p.label, props)
@@ -259,8 +262,9 @@ def build_variant_wheels(
                 version=version,
                 requires=requires,
                 summary=f"{summary or name} [variant {p.label}]",
+                tag=_wheel.raw_tag(arch),
             )
-            repaired = _wheel.repair_wheel(raw, Path(tmp) / "repaired", run=run)
+            repaired = _wheel.repair_wheel(raw, Path(tmp) / "repaired", run=run, plat=_wheel.target_plat(arch))
             for old in out_dir.glob(f"{repaired.name[: -len('.whl')]}-{p.label}.whl"):
                 old.unlink()
             made.append(add_variant(repaired, p.label, metadata, out_dir))

@@ -70,9 +70,14 @@ SECTIONS = OrderedDict(
         (
             "test_hostile_fork",
             (
-                "5. fork() during load()",
+                "5. fork, copies and lifetimes",
                 "`loading` and `verify` register `os.register_at_fork(after_in_child=...)` handlers that replace "
-                "their locks in the child (the backend instances' own locks are `api`'s).",
+                "their locks in the child; so does `api` for every instance's lock (and marks CUDA instances "
+                "unusable there), and the C frameworks take every instance's lock across `fork()` "
+                "(`pthread_atfork`). A Backend and its Tensors refuse copy and pickle (`TypeError`); an "
+                "unreachable Backend is finalized (`weakref.finalize`); memory lives while its Tensor or a DLPack "
+                "consumer holds it, even after `close()`; a failed call frees the outputs it allocated; resident "
+                "ids are `generation << 32 | slot`, slots reused, stale ids refused.",
             ),
         ),
         (

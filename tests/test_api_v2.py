@@ -3,19 +3,13 @@ checks, DLPack import/export (NumPy, PyTorch CPU), lifetimes, copies, fork."""
 
 from __future__ import annotations
 
-import copy
-import gc
-import os
-import pickle
-import threading
-import weakref
 from typing import ClassVar
 
 import numpy as np
 import pytest
 
 import cuplug
-from cuplug import dlpack, signature
+from cuplug import signature
 
 torch = pytest.importorskip("torch")
 
@@ -259,106 +253,6 @@ def test_dlpack_capsule_import_reads_in_place(b):
     out = np.empty_like(x)
     b.run("add", OnlyDLPack(x), OnlyDLPack(x), out=OnlyDLPack(out))
     np.testing.assert_array_equal(out, x + x)
-
-
-def test_an_exported_tensor_outlives_close(b):
-    """close() while a consumer holds a result: the memory stays valid until the consumer lets go."""
-    x = np.arange(1 << 16, dtype=np.float32)
-    r = b.run("scale_add", b.buffer(x), alpha=2.0, beta=1.0)
-    held = np.from_dlpack(r)
-    core = weakref.ref(r._core)
-    del r
-    b.close()
-    gc.collect()
-    np.testing.assert_array_equal(held, np.float32(2) * x + np.float32(1))  # no use after free
-    assert core() is not None and core().handle is not None  # the instance waits for its consumer
-    del held
-    gc.collect()
-    assert dlpack.live_exports() == 0
-    assert core() is None or core().handle is None
-
-
-def test_tensors_of_a_closed_backend_refuse_use(b):
-    t = b.empty(8)
-    b.close()
-    with pytest.raises(cuplug.BackendClosedError):
-        t.to_host()
-
-
-def test_an_unreachable_backend_is_finalized():
-    cores = []
-    for _ in range(30):
-        be = cuplug.load()
-        be.empty((1 << 22,), "float32")  # 16 MiB, dropped with its backend
-        cores.append(weakref.ref(be._core))
-        del be
-    gc.collect()
-    assert all(c() is None or c().handle is None for c in cores)
-
-
-def test_a_failed_call_frees_what_it_allocated(b):
-    t = b.buffer(np.ones(1 << 16, np.int32))
-    before = len(b._core.live)
-    for _ in range(20):
-        with pytest.raises(cuplug.InvalidInputError, match=r"integral|integer"):
-            b.run("scale_add", t, alpha=0.5)
-    assert len(b._core.live) == before
-
-
-def test_freed_and_reused_slots_never_alias(b):
-    old = b.empty(4)
-    old_id = old.id
-    old.free()
-    new = b.empty(4)
-    assert new.id != old_id  # the slot may be reused, the id never is
-    with pytest.raises(cuplug.BackendError, match=r"not a live (buffer|tensor)"):
-        old.to_host()
-    forged = cuplug.Buffer(b, old_id, 4)
-    with pytest.raises(cuplug.BackendError, match=r"not a live (buffer|tensor)"):
-        forged.to_host()
-
-
-@pytest.mark.parametrize("what", [copy.copy, copy.deepcopy, pickle.dumps])
-def test_backends_and_tensors_cannot_be_copied(b, what):
-    with pytest.raises(TypeError, match="cannot be copied"):
-        what(b)
-    with pytest.raises(TypeError, match="cannot be copied"):
-        what(b.empty(2))
-
-
-def test_fork_while_another_thread_is_inside_a_call(b):
-    x = np.ones(1 << 22, np.float32)
-    stop = threading.Event()
-
-    def busy():
-        while not stop.is_set():
-            b.run("sum", x)
-
-    worker = threading.Thread(target=busy)
-    worker.start()
-    try:
-        for _ in range(5):
-            pid = os.fork()
-            if pid == 0:  # the child: the parent thread's lock must not hold us
-                try:
-                    ok = b.run("sum", np.ones(10, np.float32)) == 10.0
-                    with cuplug.load() as fresh:
-                        ok = ok and fresh.run("sum", np.ones(3, np.float32)) == 3.0
-                finally:
-                    os._exit(0 if ok else 3)
-            deadline = 20
-            for _ in range(deadline * 10):
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    break
-                threading.Event().wait(0.1)
-            else:
-                os.kill(pid, 9)
-                pytest.fail("the forked child deadlocked")
-            assert os.waitstatus_to_exitcode(status) == 0
-    finally:
-        stop.set()
-        worker.join()
 
 
 def test_stream_arguments(b):

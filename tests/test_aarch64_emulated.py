@@ -255,9 +255,11 @@ def test_wrong_arch_artifact_refused_in_the_guest(arm_venv, arm_fake_driver, tmp
     x86 = os.environ.get("CUPLUG_TEST_WHEELS", "")
     if not x86:
         pytest.skip("needs the x86_64 wheels too")
-    site = _unpacked(_wheel("cuplug_cuda13", x86), tmp_path / "site")
+    # One site holding the aarch64 cuplug and the x86_64 cuplug_cuda13: cuplug looks in its own site
+    # directory first, so that is the backend package it finds (the venv's aarch64 one comes after).
+    site = _unpacked(_wheel("cuplug", WHEELS_AARCH64), tmp_path / "site")
+    _unpacked(_wheel("cuplug_cuda13", x86), site)
     env = clean_env(PYTHONPATH=str(site), LD_LIBRARY_PATH=str(arm_fake_driver), FAKE_CUDA_DEVICES="9.0")
-    # The venv's own aarch64 cuplug_cuda13 would shadow it: only the package on PYTHONPATH counts first.
     got = _guest_json(arm_venv, DECIDE_LOAD, env, tmp_path)
     refused = [a for a in got["attempts"] if a[1] == "artifact-corrupt"]
     assert refused and all(a[0].startswith("cuda13/") for a in refused), got

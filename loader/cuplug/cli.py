@@ -137,10 +137,11 @@ def _probe_body(args: argparse.Namespace) -> Any:
             verdict = "ok" if out["ok"] else f"FAILED ({out.get('error')})"
             what = f"vector add of {(1 << 20) + 3} elements" if args.backend == "vector" else f"backend {args.backend}"
             ops = f", {len(out.get('ops', {}))} op(s) checked against the CPU twin" if out.get("ops") else ""
+            took = f" in {out['add_ms']} ms" if "add_ms" in out else ""
             print(
                 _say(
-                    f"cuplug probe: {where} on {out.get('device')}: {what} {verdict}{ops} "
-                    f"in {out.get('add_ms', '?')} ms (total {out['total_ms']} ms)"
+                    f"cuplug probe: {where} on {out.get('device')}: {what} {verdict}{ops}{took} "
+                    f"(total {out['total_ms']} ms)"
                 )
             )
             if backend.variant == "cpu":

@@ -22,6 +22,8 @@ timeout 50 python3 -m pytest "$C/quant_tests" -q -p no:cacheprovider -o addopts=
   for be in scan quant; do for m in cuda12 cuda13; do
     CUPLUG_BACKEND=$m:fatbin timeout 20 python3 -m cuplug probe --backend $be; echo "probe --backend $be ($m) exit $?"
   done; done; } 2>&1 | tee "$OUT/doctor.txt" | grep -E "probe"
+# Without PYTHONPATH: the uv venvs must see only what uv installed (the 2026-12-03 run leaked /tmp/site
+# into them, so its doctor/probe lines show that site's packages, not the variant wheel).
 echo "== variant wheels: uv picks for this GPU" | tee "$OUT/variant.log"
-(cd "$C/vw" && OUT="$OUT" timeout 80 bash bench/variant_wheels_gpu.sh) >> "$OUT/variant.log" 2>&1; echo "variant exit $?" | tee -a "$OUT/variant.log"
+(cd "$C/vw" && env -u PYTHONPATH OUT="$OUT" timeout 80 bash bench/variant_wheels_gpu.sh) >> "$OUT/variant.log" 2>&1; echo "variant exit $?" | tee -a "$OUT/variant.log"
 grep -E "installed:|probe|exit" "$OUT/variant.log" | tail -8

@@ -3,13 +3,15 @@ checks, DLPack import/export (NumPy, PyTorch CPU), lifetimes, copies, fork."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import ClassVar
 
 import numpy as np
 import pytest
 
 import cuplug
-from cuplug import signature
+from cuplug import dlpack, signature
 
 torch = pytest.importorskip("torch")
 
@@ -304,3 +306,85 @@ def test_an_input_can_take_its_shape_from_another_and_an_attribute():
     sig.check_inputs([(i8, (300,)), (f32, (5,))], sig.attr_values({"blocksize": 64}))
     inputs, _ = samples.sample_inputs(sig)
     assert [b.shape for b in inputs] == [(4096,), (16,)]
+
+
+# ---- found by a hostile review of the v2 API (each a behaviour a caller relies on)
+
+
+def test_a_freed_tensor_never_hands_out_its_address(b):
+    t = b.buffer(np.ones(8, np.float32))
+    assert t.data_ptr
+    t.free()
+    with pytest.raises(cuplug.BackendError, match="not a live"):
+        t.data_ptr  # noqa: B018 - the property is the call under test
+
+
+def test_a_producer_byte_offset_is_honoured_everywhere(b):
+    """A DLPack producer may export a view as (base pointer, byte_offset): every path reads the view."""
+    from cuplug import abi
+
+    base = np.arange(8, dtype=np.float32)
+
+    class OffsetView:  # base[4:], exported as base's address + 16 bytes
+        def __dlpack_device__(self):
+            return (1, 0)
+
+        def __dlpack__(self, stream=None, **_):
+            cap = dlpack.export(base, base.ctypes.data, (1, 0), abi.CDtype(2, 32, 1), (4,), False)
+            ptr = dlpack._obj_api.PyCapsule_GetPointer(cap, b"dltensor")
+            dlpack.DLManagedTensor.from_address(ptr).dl_tensor.byte_offset = 16
+            return cap
+
+    v = OffsetView()
+    np.testing.assert_array_equal(b.run("add", v, np.zeros(4, np.float32)), [4, 5, 6, 7])
+    np.testing.assert_array_equal(b.buffer(v).to_host(), [4, 5, 6, 7])
+    b.buffer(np.full(4, 9, np.float32)).to_host(out=v)
+    np.testing.assert_array_equal(base, [0, 1, 2, 3, 9, 9, 9, 9])  # the view was written, not the base
+
+
+def test_a_resident_tensor_does_not_keep_its_host_source_alive(b):
+    x = np.ones(1 << 20, np.float32)
+    watch = weakref.ref(x)
+    t = b.buffer(x)
+    y = b.run("add", t, t)
+    del x
+    gc.collect()
+    assert watch() is None
+    assert isinstance(y.to_host(), np.ndarray)  # still of the caller's kind
+
+
+def test_a_resident_float16_scalar_needs_no_numpy():
+    code = (
+        "import cuplug; from cuplug.samples import HostBuffer; b = cuplug.load(); "
+        "h = HostBuffer(cuplug.dtypes.BY_NAME['float16'], (4,)); h.fill([1.5, 2.0, 0.25, 4.0]); "
+        "print(b.run('sum', b.buffer(h)), b.run('sum', b.empty(0, 'int32')))"
+    )
+    from conftest import clean_env, run_py
+
+    proc = run_py(code, clean_env(CUPLUG_BACKEND="cpu"))
+    assert proc.stdout.split() == ["7.75", "0"], proc.stderr
+
+
+def test_empty_tensors_are_contiguous_whatever_their_strides(b):
+    x = torch.empty(3, 0).t()  # shape (0, 3), strides (1, 1): PyTorch calls it contiguous
+    assert b.run("sum", x) == 0.0
+
+
+@pytest.mark.parametrize("bad", [np.True_, torch.tensor(True), 10**400, torch.tensor(2.5)])
+def test_attributes_that_are_not_numbers_or_not_integers(b, bad):
+    with pytest.raises(cuplug.InvalidInputError, match=r"attribute alpha"):
+        b.run("scale_add", np.ones(3, np.int32), alpha=bad)
+
+
+def test_numpy_scalar_types_name_dtypes(b):
+    assert b.empty(2, np.float16).dtype.name == "float16" and b.empty(2, np.int64).dtype.name == "int64"
+    with pytest.raises(cuplug.InvalidInputError, match="byte order"):
+        b.empty(2, np.dtype(">f4"))
+
+
+def test_an_exported_tensor_can_still_be_read_after_close(b):
+    t = b.buffer(np.arange(4, dtype=np.float32))
+    first = np.from_dlpack(t)
+    b.close()
+    np.testing.assert_array_equal(t.to_host(), [0, 1, 2, 3])
+    np.testing.assert_array_equal(np.from_dlpack(t), first)

@@ -192,7 +192,7 @@ class _Arg:
 
 
 def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> bool:
-    if strides is None:
+    if strides is None or 0 in shape:  # an empty tensor has no layout to get wrong
         return True
     expect = 1
     for extent, stride in zip(reversed(shape), reversed(strides), strict=True):
@@ -263,6 +263,8 @@ def _from_dlpack_capsule(obj: Any, capsule: Any, name: str, writable: bool) -> _
         raise _not_contiguous(name)
     ct = abi.CTensor.from_buffer_copy(t)
     ct.strides = None  # checked contiguous above
+    if t.data:  # the first element's address, so every consumer of ct (call, upload, download) agrees
+        ct.data, ct.byte_offset = t.data + t.byte_offset, 0
     host = t.device_type in dtypes.HOST_DEVICES
     return _Arg(ct, imported, dt, shape, host, obj)
 
@@ -279,7 +281,10 @@ def _from_cai(obj: Any, name: str, writable: bool, device: int) -> _Arg:
         raise InvalidInputError(f"{name}: the producer marks this array read-only")
     shape = tuple(int(s) for s in cai["shape"])
     strides = cai.get("strides")
-    if strides is not None and not _c_contiguous(shape, tuple(int(s) // dt.itemsize for s in strides)):
+    if strides is not None and (
+        any(int(s) % dt.itemsize for s in strides)
+        or not _c_contiguous(shape, tuple(int(s) // dt.itemsize for s in strides))
+    ):
         raise _not_contiguous(name)
     # CAI names no device: the backend checks the pointer's device and context before any launch.
     ct, shape_array = _ctensor(int(ptr or 0), (dtypes.DEVICE_CUDA, device), dt, shape)
@@ -512,7 +517,10 @@ class Backend:
         try:
             with core.lock:
                 handle = self._live_handle()
-                for a in (*args, *out_args):  # CAI v3 producers name a stream to wait for
+                for x in (*inputs, *(results if out is not None else ())):
+                    if isinstance(x, Tensor):
+                        x._handle()  # freed by another thread since its descriptor was read: refuse
+                for a in (*args, *out_args):  # a tensor's producer stream (resident, CAI v3) is waited for
                     if a.stream is not None and a.stream != (launch if launch is not None else core.stream):
                         self._check(core.lib.stream_wait(handle, c_launch, _c_stream(a.stream)), f"{op}: stream order")
                 rc = core.lib.call(
@@ -530,8 +538,9 @@ class Backend:
         produced = launch if launch is not None else core.stream
         template = getattr(inputs[0], "_template", None) if inputs else None
         for t in owned:
-            t._stream = produced
             t._template = template
+        for t in (*owned, *(r for r in results if isinstance(r, Tensor))):
+            t._stream = produced
         if (host or resident) and out is None:
             results = [
                 _scalar(r) if o.shape_rule.get("scalar") else r for r, o in zip(results, sig.outputs, strict=True)
@@ -572,7 +581,7 @@ class Backend:
         if not src.host:
             raise InvalidInputError("buffer(): the source must be a host array; device arrays are used in place")
         t = self.empty(src.shape if src.shape else (), src.dtype)
-        t._template = x
+        t._template = _HostKind.of(x)
         t._upload_arg(src)
         return t
 
@@ -597,16 +606,33 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
+class _HostKind:
+    """What a host result is made like: the caller's framework and dtype, never the caller's array
+    (a resident tensor made from a host array must not keep that array alive)."""
+
+    __slots__ = ("dtype", "root")
+
+    def __init__(self, root: str, dtype: Any) -> None:
+        self.root, self.dtype = root, dtype
+
+    @staticmethod
+    def of(obj: Any) -> _HostKind | None:
+        if obj is None or isinstance(obj, _HostKind):
+            return obj
+        return _HostKind(type(obj).__module__.partition(".")[0], getattr(obj, "dtype", None))
+
+
 def _new_host(template: Any, dt: dtypes.DType, shape: tuple[int, ...]) -> Any:
     """A host output of the caller's kind: NumPy for NumPy, PyTorch for PyTorch, else ``array.array``."""
-    root = type(template).__module__.partition(".")[0] if template is not None else ""
+    kind = _HostKind.of(template)
+    root = kind.root if kind is not None else ""
     np = sys.modules.get("numpy")
     if root == "torch" and "torch" in sys.modules:
         torch = sys.modules["torch"]
         return torch.empty(shape, dtype=getattr(torch, dt.name))
     if np is not None and (root == "numpy" or not dt.array_code):
         if dt.name == "bfloat16":
-            tdt = getattr(template, "dtype", None)
+            tdt = kind.dtype if kind is not None else None
             if getattr(tdt, "name", "") != "bfloat16":
                 raise InvalidInputError("a bfloat16 host result needs a bfloat16 NumPy input (ml_dtypes) or out=")
             return np.empty(shape, dtype=tdt)
@@ -620,10 +646,14 @@ def _new_host(template: Any, dt: dtypes.DType, shape: tuple[int, ...]) -> Any:
 
 def _scalar(result: Any) -> Any:
     """The one element of a host or resident scalar result, as a Python number."""
-    if isinstance(result, Tensor):
-        host = result.to_host()
+    if isinstance(result, Tensor):  # through cuplug's own host memory: float16/bfloat16 need no NumPy
+        from .samples import HostBuffer
+
+        host = HostBuffer(result.dtype, result.shape)
+        result.to_host(out=host)
         result.free()
-        result = host
+        value = host.values()[0]
+        return value if result.dtype.is_float else int(value)
     if hasattr(result, "item"):
         return result.item()
     view = memoryview(result).cast("B")
@@ -674,11 +704,21 @@ class Tensor:
         return (self.backend.device_type, self.backend.device_index)
 
     def _handle(self) -> int:
+        """The C handle this tensor's memory lives in; refuses a freed tensor, or one its closed Backend
+        freed. An exported tensor outlives close(): it can still be read and exported again."""
         if self._dead == "closed":
             raise BackendClosedError("this tensor's backend is closed")
         if self._dead:
             raise BufferError_(f"tensor {self.id:#x} was freed: it is not a live buffer", abi.E_BAD_BUFFER)
+        core = self._core
+        if core.closed and core.handle is not None and core.forked_from is None and self._exported:
+            return core.handle
         return self.backend._live_handle()
+
+    def _wait_for_writer(self, handle: int) -> None:
+        """Host copies run on the instance stream: order them after the stream that last wrote us."""
+        if self._stream != self._core.stream:
+            self.backend._check(self._core.lib.stream_wait(handle, 0, _c_stream(self._stream)), "stream order")
 
     def _descriptor(self) -> abi.CTensor:
         if self._desc is None:
@@ -695,11 +735,14 @@ class Tensor:
         self._handle()
         d = self._descriptor()
         ct = abi.CTensor.from_buffer_copy(d)
-        return _Arg(ct, self, self.dtype, self.shape, self.backend.device_type != dtypes.DEVICE_CUDA, self)
+        arg = _Arg(ct, self, self.dtype, self.shape, self.backend.device_type != dtypes.DEVICE_CUDA, self)
+        arg.stream = self._stream  # the launch waits for whatever stream wrote this tensor
+        return arg
 
     @property
     def data_ptr(self) -> int:
         """The address of the first element (a device pointer on CUDA)."""
+        self._handle()  # never the address of freed memory
         return int(self._descriptor().data or 0)
 
     # ---- host copies
@@ -711,7 +754,9 @@ class Tensor:
             )
         core = self._core
         with core.lock:
-            self.backend._check(core.lib.upload(self._handle(), self.id, src.ct.data, self.nbytes), "upload")
+            handle = self._handle()
+            self._wait_for_writer(handle)  # a kernel on another stream may still read us
+            self.backend._check(core.lib.upload(handle, self.id, src.ct.data, self.nbytes), "upload")
 
     def upload(self, x: Any) -> None:
         """Copies a host array of the same dtype and element count into this tensor."""
@@ -733,7 +778,9 @@ class Tensor:
             )
         core = self._core
         with core.lock:
-            self.backend._check(core.lib.download(self._handle(), self.id, dst.ct.data, self.nbytes), "download")
+            handle = self._handle()
+            self._wait_for_writer(handle)  # the kernel that wrote us may run on another stream
+            self.backend._check(core.lib.download(handle, self.id, dst.ct.data, self.nbytes), "download")
         return result
 
     def free(self) -> None:
@@ -767,7 +814,7 @@ class Tensor:
         if self.backend.device_type == dtypes.DEVICE_CUDA and stream != -1:
             # The consumer's stream (None: the legacy default stream) waits for the work that wrote us.
             waiter = _c_stream(_CUDA_LEGACY_STREAM if stream is None else int(stream))
-            signaler = _c_stream(self._stream) if self._stream else 0
+            signaler = _c_stream(self._stream)
             if waiter != signaler:
                 core = self._core
                 with core.lock:
@@ -782,6 +829,7 @@ class Tensor:
             raise AttributeError("a CPU tensor has no __cuda_array_interface__ (use __dlpack__ or to_host())")
         if not self.dtype.typestr:
             raise AttributeError(f"__cuda_array_interface__ has no {self.dtype.name}; use __dlpack__")
+        self._handle()  # never the address of freed memory
         desc = self._descriptor()
         self._exported = True
         return {
@@ -790,7 +838,7 @@ class Tensor:
             "data": (int(desc.data or 0), False),
             "strides": None,
             "version": 3,
-            "stream": _c_stream(self._stream) if self._stream else None,
+            "stream": _c_stream(self._stream),  # never 0: CAI v3 reserves it
         }
 
     def __repr__(self) -> str:

@@ -17,6 +17,7 @@ decision, and this reader is a few dozen lines over a struct the ABI already has
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from typing import Any
 
@@ -85,12 +86,24 @@ class Imported:
 
 # ---- export
 _exports: dict[int, tuple[Any, Any, Any]] = {}  # manager_ctx -> (managed struct, shape array, owner)
-_exports_lock = threading.Lock()
+_exports_lock = threading.RLock()
 
 
 def _release(ctx: int) -> None:
     with _exports_lock:
-        _exports.pop(ctx, None)
+        entry = _exports.pop(ctx, None)
+    # Dropped outside the lock: the owner's finalizer (and any collection it triggers, which may release
+    # another capsule) must not run while this thread holds the lock.
+    del entry
+
+
+def _renew_lock_in_child() -> None:
+    global _exports_lock
+    _exports_lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_lock_in_child)
 
 
 def _release_legacy(ptr: int) -> None:

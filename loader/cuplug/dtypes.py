@@ -6,6 +6,8 @@ eight in the same order: bit i of an op's dtype set is row i here).
 
 from __future__ import annotations
 
+import sys
+
 # DLPack type codes (DLDataTypeCode) and device types (DLDeviceType).
 DL_INT, DL_UINT, DL_FLOAT, DL_BFLOAT = 0, 1, 2, 4
 DEVICE_CPU, DEVICE_CUDA, DEVICE_CUDA_HOST = 1, 2, 3
@@ -69,7 +71,17 @@ def from_name(name: object) -> DType:
         return BY_NAME[text]
     except KeyError:
         pass
-    np_name = getattr(name, "name", None)  # numpy dtype objects and scalar types
+    np = sys.modules.get("numpy")
+    if np is not None and not isinstance(name, str):  # np.float16, np.dtype("f2"), np.dtype(">f4")
+        try:
+            d = np.dtype(name)
+        except TypeError:
+            d = None
+        if d is not None and d.name in BY_NAME:
+            if d.byteorder not in ("=", "|", "<"):
+                raise ValueError(f"dtype {name!r} is not in this machine's byte order")
+            return BY_NAME[d.name]
+    np_name = getattr(name, "name", None)  # other dtype objects with a NumPy-style name
     if isinstance(np_name, str) and np_name in BY_NAME:
         return BY_NAME[np_name]
     raise ValueError(f"unknown dtype {name!r}; cuplug knows {', '.join(BY_NAME)}")

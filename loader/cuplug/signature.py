@@ -144,20 +144,24 @@ class OpSignature:
         for a in self.attrs:
             v = given.get(a.name, a.default)
             try:
-                if isinstance(v, (bool, str, bytes)):
-                    raise TypeError
+                if isinstance(v, (bool, str, bytes)) or getattr(getattr(v, "dtype", None), "kind", "") == "b":
+                    raise TypeError  # a bool (Python's, NumPy's, a 0-d tensor's) is not a number here
                 fv = float(v)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise InvalidInputError(f"{self.name}: attribute {a.name} must be a number, got {v!r}") from None
             if a.kind == "float64":
                 values.append((a.name, a.kind, fv))
                 continue
-            if hasattr(v, "__index__"):
-                iv = v.__index__()
-            elif fv.is_integer():
+            try:
+                iv = v.__index__() if hasattr(v, "__index__") else None
+            except TypeError:  # e.g. a 0-d float tensor: judged by its value below
+                iv = None
+            if iv is None:
+                if not fv.is_integer():
+                    raise InvalidInputError(f"{self.name}: attribute {a.name} is an integer, got {v!r}")
                 iv = int(fv)
-            else:
-                raise InvalidInputError(f"{self.name}: attribute {a.name} is an integer, got {v!r}")
+            if v is a.default and iv == 1 << 63:  # an INT64_MAX default written as a double
+                iv = (1 << 63) - 1
             if not -(1 << 63) <= iv < (1 << 63):
                 raise InvalidInputError(f"{self.name}: attribute {a.name}={iv} does not fit in int64")
             values.append((a.name, a.kind, iv))

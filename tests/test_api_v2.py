@@ -357,7 +357,7 @@ def test_a_resident_float16_scalar_needs_no_numpy():
     code = (
         "import cuplug; from cuplug.samples import HostBuffer; b = cuplug.load(); "
         "h = HostBuffer(cuplug.dtypes.BY_NAME['float16'], (4,)); h.fill([1.5, 2.0, 0.25, 4.0]); "
-        "print(b.run('sum', b.buffer(h)), b.run('sum', b.empty(0, 'int32')))"
+        "print(b.run('sum', b.buffer(h)), b.run('sum', b.empty((0,), 'int32')))"
     )
     from conftest import clean_env, run_py
 
@@ -370,10 +370,24 @@ def test_empty_tensors_are_contiguous_whatever_their_strides(b):
     assert b.run("sum", x) == 0.0
 
 
-@pytest.mark.parametrize("bad", [np.True_, torch.tensor(True), 10**400, torch.tensor(2.5)])
-def test_attributes_that_are_not_numbers_or_not_integers(b, bad):
-    with pytest.raises(cuplug.InvalidInputError, match=r"attribute alpha"):
-        b.run("scale_add", np.ones(3, np.int32), alpha=bad)
+@pytest.mark.parametrize("bad", [np.True_, torch.tensor(True), 10**400, "2"])
+def test_attributes_that_are_not_numbers(b, bad):
+    with pytest.raises(cuplug.InvalidInputError, match=r"attribute alpha must be a number"):
+        b.run("scale_add", np.ones(3, np.float32), alpha=bad)
+
+
+def test_integer_attributes_take_integral_values_of_any_kind():
+    sig = signature.OpSignature(
+        "q", {"inputs": [], "attrs": [{"name": "blocksize", "kind": "int64", "default": 9223372036854775807}]}
+    )
+    assert sig.attr_values({}) == [("blocksize", "int64", (1 << 63) - 1)]  # the default survives the double
+    assert sig.attr_values({"blocksize": torch.tensor(64.0)}) == [("blocksize", "int64", 64)]
+    assert sig.attr_values({"blocksize": np.int16(128)}) == [("blocksize", "int64", 128)]
+    for bad in (torch.tensor(2.5), 2.5):
+        with pytest.raises(cuplug.InvalidInputError, match="blocksize is an integer"):
+            sig.attr_values({"blocksize": bad})
+    with pytest.raises(cuplug.InvalidInputError, match="does not fit in int64"):
+        sig.attr_values({"blocksize": 1 << 63})
 
 
 def test_numpy_scalar_types_name_dtypes(b):

@@ -144,7 +144,8 @@ class OpSignature:
         for a in self.attrs:
             v = given.get(a.name, a.default)
             try:
-                if isinstance(v, (bool, str, bytes)) or getattr(getattr(v, "dtype", None), "kind", "") == "b":
+                vdt = getattr(v, "dtype", None)
+                if isinstance(v, (bool, str, bytes)) or getattr(vdt, "kind", "") == "b" or str(vdt) == "torch.bool":
                     raise TypeError  # a bool (Python's, NumPy's, a 0-d tensor's) is not a number here
                 fv = float(v)
             except (TypeError, ValueError, OverflowError):

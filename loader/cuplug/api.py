@@ -529,18 +529,22 @@ class Backend:
                 self._check(rc, op)
                 if not host and launch is None:
                     self._order_frameworks_after(handle, [*inputs, *(results if out is not None else ())])
+                if launch is not None and core.stream and any(isinstance(r, Tensor) for r in results):
+                    # Resident results written on the caller's stream: the instance stream waits for it now,
+                    # so a tensor's writer is always the instance stream (a caller's stream may be destroyed
+                    # before the tensor is read or exported; the instance stream lives as long as the tensor).
+                    self._check(core.lib.stream_wait(handle, 0, c_launch), f"{op}: stream order")
         except BaseException:
             for t in owned:  # a failed call frees what it allocated
                 t.free()
             raise
         finally:
             del args, out_args
-        produced = launch if launch is not None else core.stream
         template = getattr(inputs[0], "_template", None) if inputs else None
         for t in owned:
             t._template = template
         for t in (*owned, *(r for r in results if isinstance(r, Tensor))):
-            t._stream = produced
+            t._stream = core.stream  # ordered after the launch stream above
         if (host or resident) and out is None:
             results = [
                 _scalar(r) if o.shape_rule.get("scalar") else r for r, o in zip(results, sig.outputs, strict=True)

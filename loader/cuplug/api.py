@@ -25,7 +25,6 @@ import array
 import ctypes
 import json
 import os
-import struct
 import sys
 import threading
 import weakref
@@ -543,8 +542,6 @@ class Backend:
         template = getattr(inputs[0], "_template", None) if inputs else None
         for t in owned:
             t._template = template
-        for t in (*owned, *(r for r in results if isinstance(r, Tensor))):
-            t._stream = core.stream  # ordered after the launch stream above
         if (host or resident) and out is None:
             results = [
                 _scalar(r) if o.shape_rule.get("scalar") else r for r, o in zip(results, sig.outputs, strict=True)
@@ -658,13 +655,7 @@ def _scalar(result: Any) -> Any:
         result.free()
         value = host.values()[0]
         return value if result.dtype.is_float else int(value)
-    if hasattr(result, "item"):
-        return result.item()
-    view = memoryview(result).cast("B")
-    fmt = {1: "b", 2: "e", 4: "f", 8: "d"}
-    if isinstance(result, array.array):
-        return result[0]
-    return struct.unpack(fmt[len(view)], view)[0]
+    return result.item() if hasattr(result, "item") else result[0]  # NumPy/PyTorch, or array.array
 
 
 class Tensor:
@@ -685,7 +676,6 @@ class Tensor:
         self._exported = False
         self._dead: str | None = None
         self._desc: abi.CTensor | None = None
-        self._stream = backend._core.stream
         self._finalizer: Any = None  # a weakref.finalize, set by _own(): only Backend.empty() owns memory
 
     def _own(self) -> None:
@@ -719,11 +709,6 @@ class Tensor:
             return core.handle
         return self.backend._live_handle()
 
-    def _wait_for_writer(self, handle: int) -> None:
-        """Host copies run on the instance stream: order them after the stream that last wrote us."""
-        if self._stream != self._core.stream:
-            self.backend._check(self._core.lib.stream_wait(handle, 0, _c_stream(self._stream)), "stream order")
-
     def _descriptor(self) -> abi.CTensor:
         if self._desc is None:
             desc = abi.CTensor()
@@ -740,7 +725,7 @@ class Tensor:
         d = self._descriptor()
         ct = abi.CTensor.from_buffer_copy(d)
         arg = _Arg(ct, self, self.dtype, self.shape, self.backend.device_type != dtypes.DEVICE_CUDA, self)
-        arg.stream = self._stream  # the launch waits for whatever stream wrote this tensor
+        arg.stream = self._core.stream  # every write of a tensor is ordered on the instance stream (run())
         return arg
 
     @property
@@ -758,9 +743,7 @@ class Tensor:
             )
         core = self._core
         with core.lock:
-            handle = self._handle()
-            self._wait_for_writer(handle)  # a kernel on another stream may still read us
-            self.backend._check(core.lib.upload(handle, self.id, src.ct.data, self.nbytes), "upload")
+            self.backend._check(core.lib.upload(self._handle(), self.id, src.ct.data, self.nbytes), "upload")
 
     def upload(self, x: Any) -> None:
         """Copies a host array of the same dtype and element count into this tensor."""
@@ -782,9 +765,7 @@ class Tensor:
             )
         core = self._core
         with core.lock:
-            handle = self._handle()
-            self._wait_for_writer(handle)  # the kernel that wrote us may run on another stream
-            self.backend._check(core.lib.download(handle, self.id, dst.ct.data, self.nbytes), "download")
+            self.backend._check(core.lib.download(self._handle(), self.id, dst.ct.data, self.nbytes), "download")
         return result
 
     def free(self) -> None:
@@ -817,12 +798,12 @@ class Tensor:
         self._handle()
         if self.backend.device_type == dtypes.DEVICE_CUDA and stream != -1:
             # The consumer's stream (None: the legacy default stream) waits for the work that wrote us.
+            # Every write of a tensor is ordered on the instance stream (run()), so that is what it waits for.
             waiter = _c_stream(_CUDA_LEGACY_STREAM if stream is None else int(stream))
-            signaler = _c_stream(self._stream)
-            if waiter != signaler:
-                core = self._core
+            core = self._core
+            if waiter != _c_stream(core.stream):
                 with core.lock:
-                    self.backend._check(core.lib.stream_wait(self._handle(), waiter, signaler), "__dlpack__")
+                    self.backend._check(core.lib.stream_wait(self._handle(), waiter, 0), "__dlpack__")
         self._exported = True
         versioned = max_version is not None and tuple(max_version) >= (1, 0)
         return dlpack.export(self, int(desc.data or 0), self.device, desc.dtype, self.shape, versioned)
@@ -842,7 +823,7 @@ class Tensor:
             "data": (int(desc.data or 0), False),
             "strides": None,
             "version": 3,
-            "stream": _c_stream(self._stream),  # never 0: CAI v3 reserves it
+            "stream": _c_stream(self._core.stream),  # the instance stream, never 0: CAI v3 reserves it
         }
 
     def __repr__(self) -> str:

@@ -42,10 +42,6 @@ def printable(value: object) -> str:
     return "".join(out)
 
 
-def _row(key: str, value: object, label: str = TAG) -> str:
-    return f"{label} {printable(key):<20}: {printable(value)}"
-
-
 def _device_line(d: object) -> str:
     name = getattr(d, "name", None)
     cap = getattr(d, "capability_str", None)
@@ -65,7 +61,7 @@ def format_trace(trace: Trace) -> str:
     lines: list[str] = []
     label = tag(trace.backend)
 
-    def _row(key: str, value: object) -> str:
+    def _row(key: str, value: object) -> str:  # one line of this backend's report
         return f"{label} {printable(key):<20}: {printable(value)}"
 
     if p is None:

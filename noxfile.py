@@ -8,6 +8,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import nox
 
@@ -53,9 +54,10 @@ TEST_DEPS += ["uv==0.13.8", "variantlib==0.2.2"]
 
 
 def _clean_env() -> dict[str, str]:
-    """No system CUDA: hide /usr/local/cuda and any nvcc on PATH from every build."""
-    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if "cuda" not in p.lower()]
-    return {"PATH": os.pathsep.join(path), "CUDA_HOME": "", "CUDA_PATH": "", "CUDACXX": ""}
+    """No system CUDA: hide /usr/local/cuda and any nvcc on PATH from every build (cuplug.build.process)."""
+    from cuplug.build.process import without_system_cuda
+
+    return without_system_cuda()
 
 
 @nox.session
@@ -64,7 +66,7 @@ def lint(session: nox.Session) -> None:
     session.install(*LINT_DEPS)
     session.run("ruff", "check", *LINTED)
     session.run("ruff", "format", "--check", *LINTED)
-    session.run("mypy", "--strict", "loader/cuplug/select.py", "loader/cuplug/driver.py")
+    session.run("mypy", "--strict", "loader/cuplug/runtime/select.py", "loader/cuplug/runtime/driver.py")
     session.run("mypy", "loader/cuplug")
     for project in ("pyproject.toml", "examples/scan/pyproject.toml"):
         session.run("validate-pyproject", project)
@@ -169,21 +171,21 @@ def backends_dir(arch: str = "x86_64") -> Path:
     return ROOT / "build" / ("backends" if arch == "x86_64" else f"backends-{arch}")
 
 
+def _with_session(spec: Any, session: nox.Session) -> Any:
+    """A BuildSpec that logs to the session and runs the session's cmake."""
+    import dataclasses
+
+    return dataclasses.replace(spec, log=session.log, cmake=str(Path(session.bin) / "cmake"))
+
+
 def _build_backends(session: nox.Session, majors: list[str], arch: str = "x86_64") -> None:
     from cuplug.build import artifacts, toolchain
 
     sysroot = toolchain.install_sysroot(session.log, arch)
     for major in majors:
         tc = toolchain.install(major, session.log, arch)
-        artifacts.build_backend(
-            tc,
-            ROOT / "backends",
-            backends_dir(arch) / major,
-            sysroot=sysroot,
-            log=session.log,
-            cmake=str(Path(session.bin) / "cmake"),
-            env={**os.environ, **_clean_env()},
-        )
+        spec = artifacts.BuildSpec(tc, ROOT / "backends", backends_dir(arch) / major, sysroot=sysroot)
+        artifacts.build_backend(_with_session(spec, session))
 
 
 @nox.session
@@ -308,16 +310,9 @@ def _variant_wheels(session: nox.Session, out: Path, arch: str = "x86_64") -> Pa
     version = PROJECT["version"]
     for major in CUDA_MAJORS:
         build_dir = ROOT / "build" / ("variant-backends" if arch == "x86_64" else f"variant-backends-{arch}") / major
-        artifacts.build_backend(
-            toolchain.install(major, session.log, arch),
-            ROOT / "backends",
-            build_dir,
-            sysroot=sysroot,
-            matrix_path=VARIANT_MATRIX,
-            log=session.log,
-            cmake=str(Path(session.bin) / "cmake"),
-            env={**os.environ, **_clean_env()},
-        )
+        tc = toolchain.install(major, session.log, arch)
+        spec = artifacts.BuildSpec(tc, ROOT / "backends", build_dir, matrix_path=VARIANT_MATRIX, sysroot=sysroot)
+        artifacts.build_backend(_with_session(spec, session))
         name = EXTRAS[major].partition("==")[0]
         with tempfile.TemporaryDirectory() as tmp:
             kw = {"name": name, "version": version, "requires": f"cuplug=={version}"}

@@ -24,7 +24,8 @@ import time
 
 T0 = time.perf_counter()
 import cuplug  # noqa: E402
-from cuplug import abi, driver, loading, verify  # noqa: E402
+from cuplug.contract import abi  # noqa: E402
+from cuplug.runtime import driver, loading, verify  # noqa: E402
 
 marks: dict[str, float] = {"import": time.perf_counter() - T0}
 

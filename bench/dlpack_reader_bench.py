@@ -3,7 +3,7 @@
     python bench/dlpack_reader_bench.py OUT.json
 
 Import: median of 15 fresh interpreters each (`import cuda.core` with StridedMemoryView vs `import
-cuplug.dlpack`), beside a bare interpreter. Per operand: median of 20 rounds of 2,000 reads of a NumPy
+cuplug.runtime.dlpack`), beside a bare interpreter. Per operand: median of 20 rounds of 2,000 reads of a NumPy
 array's DLPack capsule (both read the same capsule protocol; the GPU run adds CUDA tensors).
 """
 
@@ -45,7 +45,7 @@ def main() -> None:
     x = np.ones(1024, dtype=np.float32)
     from cuda.core.utils import StridedMemoryView
 
-    from cuplug import dlpack
+    from cuplug.runtime import dlpack
 
     def read_ours():
         t = dlpack.Imported(x.__dlpack__()).tensor
@@ -64,7 +64,7 @@ def main() -> None:
             "cuda.core": round(theirs - bare, 2),
         },
         "per_operand_us": {
-            "cuplug.dlpack": [round(v, 3) for v in per_read(read_ours)],
+            "cuplug.runtime.dlpack": [round(v, 3) for v in per_read(read_ours)],
             "cuda.core StridedMemoryView": [round(v, 3) for v in per_read(read_theirs)],
         },
         "note": "import: median of 15 fresh processes minus a bare interpreter; per operand: [median, min, max] of 20 rounds",

@@ -49,8 +49,8 @@ EOF
   [ "$label" = "$EXPECT" ] || status=1
   (cd "$WORK" && "$venv/bin/cuplug" doctor --json > "$OUT/doctor-$extra.json"; "$venv/bin/cuplug" doctor)
   (cd "$WORK" && "$venv/bin/python" -c "
-import cuplug.variant_check as v
-from cuplug.driver import probe
+import cuplug.tools.variant_check as v
+from cuplug.runtime.driver import probe
 print('\n'.join(v.format_report(v.report(probe()))))")
   (cd "$WORK" && "$venv/bin/cuplug" probe); rc=$?
   echo "probe exit $rc"

@@ -3,7 +3,7 @@
     python bench/verify_dlopen_bench.py OUT.json [BACKEND_SITE]
 
 ``before``: the loader as it was (sha256 of the file by path, then dlopen of the path:
-two opens, a window between them). ``after``: ``cuplug.verify.verified`` (one open, the
+two opens, a window between them). ``after``: ``cuplug.runtime.verify.verified`` (one open, the
 bytes copied into a memfd while hashed, sealed) and dlopen of ``/proc/self/fd/N``. Each
 measurement is a fresh process (the dynamic linker would hand back a library it already
 has), alternating before/after so both see the same page cache; medians of RUNS.
@@ -24,13 +24,13 @@ RUNS = int(os.environ.get("CUPLUG_BENCH_RUNS", "21"))
 ONE = r"""
 import ctypes, hashlib, json, os, sys, time
 from pathlib import Path
-import cuplug.manifest as m, cuplug.verify as v
-pkg = next(p for p in m.installed_packages() if p.cuda == "cuda13" and p.artifacts)
+import cuplug.runtime.discovery as d, cuplug.runtime.verify as v
+pkg = next(p for p in d.discover().packages if p.cuda == "cuda13" and p.artifacts)
 art = next(a for a in pkg.artifacts if a.variant == "fatbin")
 mode = sys.argv[1]
 t0 = time.perf_counter()
 if mode == "before":
-    path = v.resolve_inside(Path(art.package_dir), art.file)
+    path = Path(v.resolve_inside(art.package_dir, art.file))
     assert hashlib.sha256(path.read_bytes()).hexdigest() == art.sha256
     t1 = time.perf_counter()
     ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)

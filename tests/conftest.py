@@ -38,9 +38,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def cpu_lib_path() -> Path:
-    import cuplug.loading
+    import cuplug.runtime.loading
 
-    path = cuplug.loading.cpu_library_path("vector")
+    path = cuplug.runtime.loading.cpu_library_path("vector")
     assert path.is_file(), f"the installed cuplug lacks its CPU backend at {path}"
     assert "site-packages" in str(path), "tests must run against the installed package, not the checkout"
     return path

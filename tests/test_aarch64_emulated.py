@@ -38,7 +38,7 @@ pytestmark = [
 ]
 
 # Runs the same in the guest and on the host: every op of the CPU twin on the same inputs.
-# ABI v2 derives each op's sample call from its signature (cuplug.samples); ABI v1's ops are
+# ABI v2 derives each op's sample call from its signature (cuplug.tools.samples); ABI v1's ops are
 # (operand count, returns a scalar). Either way the ops come from Backend.ops, never a typed list.
 OPS_SCRIPT = r"""
 import array, json, cuplug
@@ -46,7 +46,7 @@ b = cuplug.load()
 assert b.variant == "cpu", b.variant
 out = {}
 try:
-    from cuplug import samples
+    from cuplug.tools import samples
 except ImportError:
     samples = None
 for name in sorted(b.ops):
@@ -164,8 +164,8 @@ def test_cpu_twin_runs_every_op_like_the_x86_64_twin(arm_venv, tmp_path):
 
 def test_real_aarch64_artifacts_verify_and_dlopen_in_the_guest(arm_venv, tmp_path):
     code = (
-        "import json, cuplug.manifest as m, cuplug.verify as v, cuplug.abi as a; out = [];\n"
-        "for p in m.installed_packages():\n"
+        "import json, cuplug.runtime.discovery as d, cuplug.runtime.verify as v, cuplug.runtime.library as a; out = [];\n"
+        "for p in d.discover().packages:\n"
         "  for art in p.artifacts:\n"
         "    lib = a.BackendLibrary(v.verify(art)); out.append([p.cuda, art.variant, art.arch, lib.abi_version()])\n"
         "print(json.dumps(out))"

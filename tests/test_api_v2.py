@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import cuplug
-from cuplug import dlpack, signature
+import cuplug.contract.dtypes
+from cuplug.runtime import dlpack, signature
 
 torch = pytest.importorskip("torch")
 
@@ -196,7 +197,7 @@ def test_size_rules_are_checked_in_python_naming_op_and_rule():
             "size_rules": [{"input": 0, "multiple_of": 4096, "min": 4096, "max": None}],
         },
     )
-    f32 = cuplug.dtypes.BY_NAME["float32"]
+    f32 = cuplug.contract.dtypes.BY_NAME["float32"]
     sig.check_inputs([(f32, (8192,))])
     for n in (1000, 0, 4097):
         with pytest.raises(cuplug.InvalidInputError, match=rf"layernorm: x has {n} elements.*multiple of 4096"):
@@ -216,7 +217,7 @@ def test_output_rules_from_attributes():
             "attrs": [{"name": "blocksize", "kind": "int64", "default": 256}],
         },
     )
-    f16 = cuplug.dtypes.BY_NAME["float16"]
+    f16 = cuplug.contract.dtypes.BY_NAME["float16"]
     attrs = sig.attr_values({"blocksize": 64})
     got = sig.output_specs([(f16, (10, 13))], attrs)
     assert [(d.name, s) for d, s in got] == [("int8", (10, 13)), ("float32", (3,)), ("float16", ())]
@@ -265,7 +266,7 @@ def test_stream_arguments(b):
     class TorchLike:
         cuda_stream = 77
 
-    from cuplug.api import stream_handle
+    from cuplug.runtime.api import stream_handle
 
     assert stream_handle(5) == 5 and stream_handle(WithProtocol()) == 1234 and stream_handle(TorchLike()) == 77
     for bad in (-1, "s", 1.5, True):
@@ -277,7 +278,7 @@ def test_stream_arguments(b):
 def test_the_tensor_descriptor_is_dlpacks_dltensor():
     import ctypes
 
-    from cuplug import abi
+    from cuplug.contract import abi
 
     assert ctypes.sizeof(abi.CTensor) == 48 and abi.CTensor.shape.offset == 24 and abi.CTensor.byte_offset.offset == 40
     assert ctypes.sizeof(abi.CDtype) == 4 and abi.CTensor.dtype.offset == 20
@@ -285,7 +286,7 @@ def test_the_tensor_descriptor_is_dlpacks_dltensor():
 
 def test_an_input_can_take_its_shape_from_another_and_an_attribute():
     """Per-block scales of a dequantize: checked before the call, and samples follow the rule."""
-    from cuplug import samples
+    from cuplug.tools import samples
 
     sig = signature.OpSignature(
         "dequantize",
@@ -299,7 +300,7 @@ def test_an_input_can_take_its_shape_from_another_and_an_attribute():
             "sample_n": 4096,
         },
     )
-    i8, f32 = cuplug.dtypes.BY_NAME["int8"], cuplug.dtypes.BY_NAME["float32"]
+    i8, f32 = cuplug.contract.dtypes.BY_NAME["int8"], cuplug.contract.dtypes.BY_NAME["float32"]
     sig.check_inputs([(i8, (300,)), (f32, (2,))])
     with pytest.raises(cuplug.InvalidInputError, match=r"dequantize: absmax has shape \[3\]; it must be \[2\]"):
         sig.check_inputs([(i8, (300,)), (f32, (3,))])
@@ -321,7 +322,7 @@ def test_a_freed_tensor_never_hands_out_its_address(b):
 
 def test_a_producer_byte_offset_is_honoured_everywhere(b):
     """A DLPack producer may export a view as (base pointer, byte_offset): every path reads the view."""
-    from cuplug import abi
+    from cuplug.contract import abi
 
     base = np.arange(8, dtype=np.float32)
 
@@ -355,8 +356,8 @@ def test_a_resident_tensor_does_not_keep_its_host_source_alive(b):
 
 def test_a_resident_float16_scalar_needs_no_numpy():
     code = (
-        "import cuplug; from cuplug.samples import HostBuffer; b = cuplug.load(); "
-        "h = HostBuffer(cuplug.dtypes.BY_NAME['float16'], (4,)); h.fill([1.5, 2.0, 0.25, 4.0]); "
+        "import cuplug; from cuplug.runtime.hostbuf import HostBuffer; b = cuplug.load(); "
+        "h = HostBuffer(cuplug.contract.dtypes.BY_NAME['float16'], (4,)); h.fill([1.5, 2.0, 0.25, 4.0]); "
         "print(b.run('sum', b.buffer(h)), b.run('sum', b.empty((0,), 'int32')))"
     )
     from conftest import clean_env, run_py

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cuplug import fatbin
-from cuplug.build import artifacts
+from cuplug.build import artifacts, gate
+from cuplug.contract import fatbin
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,22 +39,23 @@ def test_unknown_variant_and_arch_are_named():
 
 def test_missing_compiler_is_named(tmp_path):
     with pytest.raises(artifacts.BuildError, match=r"host C/C\+\+ compiler"):
-        artifacts.build_backend(None, ROOT / "backends", tmp_path, env={**os.environ, "PATH": str(tmp_path)})
+        spec = artifacts.BuildSpec(None, ROOT / "backends", tmp_path, env={**os.environ, "PATH": str(tmp_path)})
+        artifacts.build_backend(spec)
 
 
 def test_linkage_check_rejects_extra_exports_and_dependencies(tmp_path, cpu_lib_path):
-    artifacts.check_linkage(cpu_lib_path)  # the real CPU backend passes
+    gate.check_linkage(cpu_lib_path)  # the real CPU backend passes
     src = tmp_path / "leak.c"
     src.write_text("int cuplug_backend_abi_version(void){return 1;} int helper(void){return 2;}")
     so = tmp_path / "libleak.so"
 
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
     with pytest.raises(artifacts.BuildError, match="helper"):
-        artifacts.check_linkage(so)
+        gate.check_linkage(so)
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src), "-lz"], check=False)
     if so.exists() and "libz" in subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True).stdout:
         with pytest.raises(artifacts.BuildError, match="needs"):
-            artifacts.check_linkage(so)
+            gate.check_linkage(so)
 
 
 def test_build_summary_says_what_ninja_did():

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import cuplug
+import cuplug.runtime.loading
 from conftest import clean_env, run_cli, run_py
 
 pytestmark = pytest.mark.gpu
@@ -164,7 +165,7 @@ def test_cli_on_the_gpu():
 
 
 def _cpu_reference():
-    return cuplug.loading.load(env={"CUPLUG_BACKEND": "cpu"})
+    return cuplug.runtime.loading.load(env={"CUPLUG_BACKEND": "cpu"})
 
 
 @pytest.mark.reliability(

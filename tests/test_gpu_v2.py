@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import cuplug
+import cuplug.runtime.dlpack
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -199,7 +200,7 @@ def test_an_exported_result_outlives_close(monkeypatch):
     assert torch.equal(held, x + x)  # no use after free
     del held
     gc.collect()
-    assert cuplug.dlpack.live_exports() == 0
+    assert cuplug.runtime.dlpack.live_exports() == 0
 
 
 def test_numpy_host_path_every_dtype(b):

@@ -20,12 +20,13 @@ rel = pytest.mark.reliability
 
 @rel(
     case="CUPLUG_BACKEND names no installed variant",
-    how="CUPLUG_BACKEND=fatbinn, bogus, cuda13:sm99, or ptx with no backend package installed",
+    how="CUPLUG_BACKEND=fatbinn, fatbn, bogus, cuda13:sm99, cuda14:fatbin (no such package), or ptx with no backend "
+    "package installed",
     expect="ConfigError naming CUPLUG_BACKEND, the value and the installed variants (or none); `cuplug probe` and "
     "`doctor` exit 2 with that message; auto-selection does not run in its place",
 )
 @needs_wheels
-@pytest.mark.parametrize("value", ["fatbinn", "bogus", "cuda13:sm99", "ptx-without-packages"])
+@pytest.mark.parametrize("value", ["fatbinn", "fatbn", "bogus", "cuda13:sm99", "cuda14:fatbin", "ptx-without-packages"])
 def test_unknown_backend_value_is_a_config_error(value, site, fake_driver_dir, tmp_path):
     env = env_for(site, fake_driver_dir, CUPLUG_BACKEND=value)
     if value == "ptx-without-packages":
@@ -38,6 +39,37 @@ def test_unknown_backend_value_is_a_config_error(value, site, fake_driver_dir, t
     for command in (["probe"], ["doctor"], ["doctor", "--json"]):
         cli = run_cli(command, env, cwd=tmp_path)
         assert cli.returncode == 2 and "CUPLUG_BACKEND=" in cli.stderr and "Traceback" not in cli.stderr, cli.stderr
+
+
+@rel(
+    case="CUPLUG_BACKEND with a malformed CUDA major or variant",
+    how="CUPLUG_BACKEND=cuda:fatbin, cudax:ptx, cuda13:, :fatbin, cuda13:cpu, sm-80",
+    expect="ConfigError naming CUPLUG_BACKEND and what it accepts; probe exits 2",
+)
+@needs_wheels
+@pytest.mark.parametrize("value", ["cuda:fatbin", "cudax:ptx", "cuda13:", ":fatbin", "cuda13:cpu", "sm-80"])
+def test_malformed_backend_value_is_a_config_error(value, site, fake_driver_dir, tmp_path):
+    proc = run_cli(["probe"], env_for(site, fake_driver_dir, CUPLUG_BACKEND=value), cwd=tmp_path)
+    assert proc.returncode == 2 and f"CUPLUG_BACKEND={value!r}" in proc.stderr, proc.stderr
+
+
+@rel(
+    case="a forced variant that fails",
+    how="CUPLUG_BACKEND=cuda13:sm80 with the fake driver (create fails): `cuplug probe --allow-cpu`, text and --json",
+    expect="the fall-through to the next candidates and the CPU, and the one-line summary says the forced variant "
+    "failed and fell through (JSON: fell_through with its code)",
+)
+@needs_wheels
+def test_a_forced_variant_that_falls_through_says_so(site, fake_driver_dir, tmp_path):
+    env = env_for(site, fake_driver_dir, CUPLUG_BACKEND="cuda13:sm80")
+    proc = run_cli(["probe", "--allow-cpu"], env, cwd=tmp_path)
+    summary = proc.stdout.splitlines()[0]
+    assert proc.returncode == 0 and "CUPLUG_BACKEND=cuda13:sm80: cuda13/sm80 load-failed, fell through" in summary
+    got = json.loads(run_cli(["probe", "--allow-cpu", "--json"], env, cwd=tmp_path).stdout)
+    assert got["fell_through"]["variant"] == "sm80" and got["fell_through"]["code"] == "load-failed"
+    assert got["attempts"][0]["variant"] == "sm80" and got["variant"] == "cpu"
+    plain = json.loads(run_cli(["probe", "--allow-cpu", "--json"], env_for(site, fake_driver_dir), cwd=tmp_path).stdout)
+    assert "fell_through" not in plain
 
 
 @rel(

@@ -338,11 +338,11 @@ def test_inspect_on_hostile_input(target, site, cpu_lib_path, tmp_path):
 def test_ping_that_is_not_json_is_load_failed(tmp_path):
     """The loader's own parse of the ping answer: anything but a JSON object is load-failed, never an exception."""
     code = (
-        "import json, cuplug.loading as l\n"
+        "import json, cuplug.runtime.library as l\n"
         "out = []\n"
         "for text in ['not json', '[1, 2]', '[' * 100000, 'NaN', '{\"variant\": \"x\"}']:\n"
         "    try:\n"
-        "        out.append(sorted(l._parse_ping(text)))\n"
+        "        out.append(sorted(l.parse_ping(text)))\n"
         "    except (ValueError, RecursionError) as e:\n"
         "        out.append(type(e).__name__)\n"
         "print(json.dumps(out))"
@@ -356,7 +356,7 @@ def test_stat_helper_refuses_non_regular_files(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     code = (
-        "import json, cuplug.manifest as m\nout = []\n"
+        "import json, cuplug.contract.manifest as m\nout = []\n"
         f"for p in [{str(fifo)!r}, '/dev/zero', {str(tmp_path)!r}, '/nonexistent']:\n"
         "    try:\n        m.read_bounded(p, 100); out.append('read')\n"
         "    except m.ManifestError as e:\n        out.append(str(e).split(' ', 1)[1])\n"

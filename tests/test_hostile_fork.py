@@ -23,7 +23,7 @@ import pytest
 
 import cuplug
 from conftest import clean_env, env_for, needs_wheels, run_py
-from cuplug import dlpack
+from cuplug.runtime import dlpack
 
 
 @pytest.fixture

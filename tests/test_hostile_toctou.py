@@ -199,7 +199,7 @@ def test_mapping_is_one_sealed_memfd(cpu_lib_path):
 
 
 NO_PROC = r"""
-import json, os, sys, cuplug, cuplug.verify as v
+import json, os, sys, cuplug, cuplug.runtime.verify as v
 if sys.argv[1] == "no-proc":
     v.PROC_SELF_FD = "/nonexistent-proc/self/fd"
 else:
@@ -234,11 +234,11 @@ def test_artifact_deleted_or_rewritten_after_load_changes_nothing(site, fake_dri
     broken = _only_cuda13_fatbin(site, tmp_path)
     code = textwrap.dedent(
         f"""
-        import json, cuplug, cuplug.verify as v, cuplug.manifest as m
-        art = next(p for p in m.installed_packages() if p.artifacts).artifacts[0]
+        import json, cuplug, cuplug.runtime.verify as v, cuplug.runtime.discovery as d
+        art = next(p for p in d.discover().packages if p.artifacts).artifacts[0]
         image = v.verified(art)
-        import cuplug.abi as abi
-        lib = abi.BackendLibrary(image.load_path)
+        import cuplug.runtime.library as library
+        lib = library.BackendLibrary(image.load_path)
         open({str(broken / FATBIN13)!r}, "r+b").truncate(10)   # what cp does first
         try:
             v.verified(art)
@@ -255,12 +255,11 @@ def test_artifact_deleted_or_rewritten_after_load_changes_nothing(site, fake_dri
 
 # The loader as it was before issue 18: hash the file by path, close it, dlopen the path again.
 PATH_LOADER = """
-import hashlib, cuplug.verify as v
-from pathlib import Path
+import hashlib, os, cuplug.runtime.verify as v
 def by_path(a):
-    p = v.resolve_inside(Path(a.package_dir), a.file)
-    if hashlib.sha256(p.read_bytes()).hexdigest() != a.sha256:
-        raise v._corrupt(p.name + ': sha256 differs from the manifest (file altered)')
+    p = v.resolve_inside(a.package_dir, a.file)
+    if hashlib.sha256(open(p, 'rb').read()).hexdigest() != a.sha256:
+        raise v._corrupt(os.path.basename(p) + ': sha256 differs from the manifest (file altered)')
     return v.Verified(p, p, a.sha256, 'path')
 v.verified = by_path
 """

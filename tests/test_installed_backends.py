@@ -19,15 +19,15 @@ from conftest import env_for, needs_wheels, run_cli, run_json
 pytestmark = needs_wheels
 DECIDE_LOAD = (
     "import json, cuplug; b = cuplug.load(); t = b.trace; print(json.dumps({'variant': b.variant, "
-    "'cuda': b.cuda, 'code': t.decision_code, 'attempts': [a.__dict__ for a in t.attempts], "
+    "'cuda': b.cuda, 'code': t.decision_code, 'attempts': [a.to_json() for a in t.attempts], "
     "'candidates': [[c.label, c.accepted, c.code] for c in t.candidates]}))"
 )
 
 
 def test_every_artifact_matches_its_manifest_and_loads_without_driver(site):
     code = (
-        "import json, cuplug.manifest as m, cuplug.verify as v, cuplug.abi as a; out = [];\n"
-        "for p in m.installed_packages():\n"
+        "import json, cuplug.runtime.discovery as d, cuplug.runtime.verify as v, cuplug.runtime.library as a; out = [];\n"
+        "for p in d.discover().packages:\n"
         "  for art in p.artifacts:\n"
         "    lib = a.BackendLibrary(v.verify(art)); out.append([p.cuda, art.variant, lib.abi_version()])\n"
         "print(json.dumps(out))"

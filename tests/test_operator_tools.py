@@ -181,13 +181,13 @@ def test_warmup_with_ptx_too_new_for_the_driver(site, fake_driver_dir, tmp_path)
     ],
 )
 def test_warmup_names_a_cache_that_cannot_keep_anything(env, needle):
-    from cuplug import warmup
+    from cuplug.tools import warmup
 
     assert needle in (warmup.cache_problem(env) or "")
 
 
 def test_warmup_cache_is_usable_by_default(tmp_path):
-    from cuplug import warmup
+    from cuplug.tools import warmup
 
     assert warmup.cache_problem({"CUDA_CACHE_PATH": str(tmp_path / "new" / "dir")}) is None
     assert warmup.cache_dir({}) == Path.home() / ".nv" / "ComputeCache"

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
-from cuplug import reasons
-from cuplug.manifest import Artifact
-from cuplug.select import rank
+from cuplug.contract import reasons
+from cuplug.contract.manifest import Artifact
+from cuplug.runtime.select import rank
 
 BASE = Artifact(
     backend="vector",
@@ -27,7 +25,7 @@ BASE = Artifact(
 
 
 def make_variant(**overrides) -> Artifact:
-    return dataclasses.replace(BASE, **overrides)
+    return BASE._replace(**overrides)
 
 
 def matrix(cuda="cuda12", version="12.4", isa="8.4", min_driver=12000, newest="90"):

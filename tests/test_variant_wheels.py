@@ -61,8 +61,12 @@ def _read(wheel: Path, suffix: str) -> dict:
 # --- made from the manifest (no wheels needed) ---
 
 
-def _art(variant: str, sass: list[str], ptx: list[str], min_driver: int) -> dict:
-    return {"variant": variant, "file": f"{variant}/lib.so", "sass": sass, "ptx": ptx, "min_driver": min_driver}
+def _art(variant: str, sass: list[str], ptx: list[str], min_driver: int):
+    from cuplug.contract.manifest import Artifact
+
+    return Artifact(
+        "vector", variant, f"{variant}/lib.so", "0" * 64, 64, tuple(sass), tuple(ptx), None, "12.4", min_driver, 2
+    )
 
 
 def test_properties_and_plan_come_from_the_manifest():
@@ -74,7 +78,7 @@ def test_properties_and_plan_come_from_the_manifest():
         _art("sm75", ["sm_75"], [], 12000),
         _art("sm90", ["sm_90"], [], 12000),
     ]
-    planned = {p.label: [a["variant"] for a in p.artifacts] for p in variants.plan({"artifacts": arts})}
+    planned = {p.label: [a.variant for a in p.artifacts] for p in variants.plan(arts)}
     assert planned == {"sm75": ["sm75", "ptx"], "sm90": ["sm90", "ptx"], "null": ["ptx"]}
     assert variants.properties_of([arts[3], arts[1]]) == {
         "nvidia": {"cuda_version_lower_bound": ["12.4"], "sm_arch": ["75_virtual", "90_real"]}
@@ -83,7 +87,7 @@ def test_properties_and_plan_come_from_the_manifest():
         "nvidia": {"cuda_version_lower_bound": ["13.0"], "sm_arch": ["90a_real"]}
     }
     with pytest.raises(variants.VariantError, match="no dedicated SASS"):
-        variants.plan({"artifacts": [arts[0], arts[1]]})
+        variants.plan([arts[0], arts[1]])
 
 
 @pytest.mark.parametrize(
@@ -97,7 +101,7 @@ def test_properties_and_plan_come_from_the_manifest():
 )
 def test_split_label_follows_pep825_grammar(name, base, label):
     from cuplug.build import variants
-    from cuplug.build.wheel import wheel_tags
+    from cuplug.build.gate import wheel_tags
 
     assert variants.split_label(name) == (base, label)
     assert wheel_tags(name) == ("py3", "none", ["any"])
@@ -136,7 +140,7 @@ def _dist_info(site: Path, label: str | None, sass: list[str], ptx: list[str], b
     ],
 )
 def test_variant_check_says_what_is_installed_and_whether_it_fits(tmp_path, label, sass, ptx, cc, driver, code, words):
-    from cuplug import variant_check
+    from cuplug.tools import variant_check
 
     di = _dist_info(tmp_path, label, sass, ptx)
     status = variant_check.check(di, cc, driver)
@@ -148,7 +152,8 @@ def test_variant_check_says_what_is_installed_and_whether_it_fits(tmp_path, labe
 
 
 def test_variant_check_never_raises(tmp_path):
-    from cuplug import driver, variant_check
+    from cuplug.runtime import driver
+    from cuplug.tools import variant_check
 
     di = _dist_info(tmp_path, "sm90", ["sm_90"], [])
     (di / "variant.json").write_text("{not json")
@@ -252,7 +257,7 @@ def test_variant_properties_agree_with_cuplug_inspect(major):
 
 @needs_variant_wheels
 def test_gate_refuses_a_variant_wheel_whose_properties_lie(tmp_path):
-    from cuplug.build.wheel import check_wheel
+    from cuplug.build.gate import check_wheel
 
     src = _variant_set("cuda13")["sm80"]
     dest = tmp_path / src.name.replace("-sm80.whl", "-sm90.whl")
@@ -338,7 +343,7 @@ def test_installed_variant_wheel_is_what_the_loader_selects_from(tmp_path, fake_
     doc = _doctor(bindir, tmp_path, moved)
     assert doc["decision"]["variant"] == "ptx", doc["decision"]
     code = (
-        "import json, cuplug, cuplug.variant_check as v; from cuplug.driver import probe;"
+        "import json, cuplug, cuplug.tools.variant_check as v; from cuplug.runtime.driver import probe;"
         "print(json.dumps(v.report(probe())))"
     )
     proc = subprocess.run([str(bindir / "python"), "-c", code], capture_output=True, text=True, cwd=tmp_path, env=moved)

@@ -86,7 +86,7 @@ def rpath_lib(tmp_path_factory) -> bytes:
 
 @pytest.mark.parametrize("case", ["libcuda", "libcudart", "rpath", "flipped", "linux-tag"])
 def test_gate_refuses_a_bad_wheel(case, tmp_path, rpath_lib):
-    from cuplug.build.wheel import check_wheel
+    from cuplug.build.gate import check_wheel
 
     src = _wheel("cuplug_cuda13")
     name = src.name

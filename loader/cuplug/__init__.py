@@ -1,58 +1,84 @@
 """cuplug: CUDA as an optional, installable, diagnosable runtime module.
 
-``cuplug.load()`` returns the best backend for this machine (a CUDA variant
-from an installed ``cuplug[cuda12]``/``cuplug[cuda13]`` extra, else the CPU
-backend, with the reason in ``Backend.trace``). Importing cuplug opens no CUDA
-library and imports no NumPy.
+``cuplug.load()`` returns the best backend for this machine (a CUDA variant from an
+installed CUDA extra such as ``cuplug[cuda13]``, else the CPU backend, with the reason in
+``Backend.trace``). Importing cuplug opens no CUDA library, imports no NumPy, and loads
+nothing but this file: every name below is imported on first use (PEP 562), so an
+application pays only for what it calls.
+
+The package, by layer (each imports only the ones above it):
+
+- ``cuplug.contract``: the C ABI, the CUDA compatibility facts, reason/exit codes, the manifest;
+- ``cuplug.runtime``: policy, driver probe, discovery, selection, verification, the Backend;
+- ``cuplug.tools``: the ``cuplug`` command (probe, doctor, inspect, warmup, new-backend);
+- ``cuplug.build``: the build kit (toolchains, variants, wheels and their gate).
 """
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers
+    from typing import Any
 
-from .api import Backend, Buffer, Tensor
-from .errors import (
-    ArtifactError,
-    BackendClosedError,
-    BackendError,
-    BackendNotAvailable,
-    ConfigError,
-    CuplugError,
-    InvalidInputError,
-    OutOfMemoryError,
-    UnknownOpError,
-)
-from .loading import Trace, decide, load
+    from .contract.errors import (  # noqa: F401
+        ArtifactError,
+        BackendClosedError,
+        BackendError,
+        BackendNotAvailable,
+        ConfigError,
+        CuplugError,
+        InvalidInputError,
+        OutOfMemoryError,
+        UnknownOpError,
+    )
+    from .runtime.api import Backend, Buffer, Tensor  # noqa: F401
+    from .runtime.loading import explain, load  # noqa: F401
+    from .runtime.trace import Trace  # noqa: F401
 
 __version__ = "0.1.0"
-__all__ = [
-    "ArtifactError",
-    "Backend",
-    "BackendClosedError",
-    "BackendError",
-    "BackendNotAvailable",
-    "Buffer",
-    "ConfigError",
-    "CuplugError",
-    "InvalidInputError",
-    "OutOfMemoryError",
-    "Tensor",
-    "Trace",
-    "UnknownOpError",
-    "__version__",
-    "explain",
-    "load",
-    "probe",
-]
+
+# public name -> the module that defines it
+_LAZY = {
+    "load": "runtime.loading",
+    "explain": "runtime.loading",
+    "decide": "runtime.loading",  # explain()'s first name
+    "Backend": "runtime.api",
+    "Buffer": "runtime.api",
+    "Tensor": "runtime.api",
+    "Trace": "runtime.trace",
+    **dict.fromkeys(
+        (
+            "ArtifactError",
+            "BackendClosedError",
+            "BackendError",
+            "BackendNotAvailable",
+            "ConfigError",
+            "CuplugError",
+            "InvalidInputError",
+            "OutOfMemoryError",
+            "UnknownOpError",
+        ),
+        "contract.errors",
+    ),
+}
+__all__ = [*sorted(n for n in _LAZY if n != "decide"), "__version__", "probe"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cuplug' has no attribute {name!r}")
+    value = getattr(__import__(f"{__name__}.{module}", fromlist=[name]), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 def probe(isolated: bool = False) -> dict[str, Any]:
     """Driver and device facts as a dict, loading no backend. ``isolated`` probes in a child process."""
-    from . import driver
+    from .runtime import driver
 
     return (driver.probe_isolated() if isolated else driver.probe()).to_json()
-
-
-def explain(backend: str = "vector", device: int | None = None) -> Trace:
-    """The decision trace without loading anything; ``str(explain())`` is the diagnostic table."""
-    return decide(backend, device)

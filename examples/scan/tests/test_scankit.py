@@ -11,6 +11,7 @@ import pytest
 import scankit
 
 import cuplug
+import cuplug.contract.dtypes
 
 
 @pytest.mark.parametrize("n", [1, 7, 2048, 2049, 1 << 20])
@@ -51,11 +52,11 @@ def test_doctor_knows_the_backend(tmp_path):
 
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 def test_segment_sum_from_float16_and_float32(dtype):
-    from cuplug.samples import HostBuffer  # cuplug's own host array: float16 without NumPy
+    from cuplug.runtime.hostbuf import HostBuffer  # cuplug's own host array: float16 without NumPy
 
     n, segment = 3 * 4096, 4096
     values = [float(i % 7 - 3) for i in range(n)]  # small integers: every order sums them exactly
-    x = HostBuffer(cuplug.dtypes.BY_NAME[dtype], (n,))
+    x = HostBuffer(cuplug.contract.dtypes.BY_NAME[dtype], (n,))
     x.fill(values)
     got = scankit.segment_sum(x, segment)
     assert list(got) == [sum(values[k * segment : (k + 1) * segment]) for k in range(3)]

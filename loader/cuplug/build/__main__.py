@@ -19,24 +19,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-from . import artifacts, toolchain, wheel
+from cuplug.contract import manifest
+
+from . import artifacts, gate, toolchain, wheel
+from .process import BuildError
 from .resources import default_matrix
 
 
 def _log(msg: str) -> None:
     print(f"cuplug.build: {msg}", file=sys.stderr, flush=True)
-
-
-def _no_system_cuda_env() -> dict[str, str]:
-    """The build must not pick up /usr/local/cuda or an nvcc on PATH: hide them."""
-    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if "cuda" not in p.lower()]
-    return {**os.environ, "PATH": os.pathsep.join(path), "CUDA_HOME": "", "CUDA_PATH": "", "CUDACXX": ""}
 
 
 def cmd_toolchain(args: argparse.Namespace) -> int:
@@ -63,29 +59,27 @@ def cmd_toolchain(args: argparse.Namespace) -> int:
 def cmd_variants(args: argparse.Namespace) -> int:
     cmake = shutil.which("cmake")
     if cmake is None:
-        raise artifacts.BuildError("no `cmake` on PATH (pip install cmake ninja)")
+        raise BuildError("no `cmake` on PATH (pip install cmake ninja)")
     sysroot = None if args.no_sysroot else toolchain.install_sysroot(_log, args.arch)
     tc = toolchain.install(args.cuda, _log, args.arch)
-    manifest = artifacts.build_backend(
+    spec = artifacts.BuildSpec(
         tc,
         args.source.resolve(),
         args.out.resolve(),
-        sysroot=sysroot,
-        matrix_path=(args.matrix or default_matrix()).resolve(),
         backend=args.backend,
-        log=_log,
+        matrix_path=(args.matrix or default_matrix()).resolve(),
+        sysroot=sysroot,
         cmake=cmake,
-        env=_no_system_cuda_env(),
+        log=_log,
     )
-    print(manifest)
+    path = artifacts.build_backend(spec)
+    print(path)
     return 0
 
 
 def cmd_wheel(args: argparse.Namespace) -> int:
     version = args.version or _version()
-    arches = {
-        a.get("arch") or "x86_64" for a in json.loads((args.build_dir / "manifest.json").read_text())["artifacts"]
-    }
+    arches = {a.arch or "x86_64" for a in manifest.read_strict(args.build_dir)}
     if len(arches) != 1:
         raise wheel.WheelError(f"{args.build_dir}/manifest.json mixes CPU architectures {sorted(arches)}")
     (arch,) = arches
@@ -100,7 +94,7 @@ def cmd_wheel(args: argparse.Namespace) -> int:
             tag=wheel.raw_tag(arch),
         )
         repaired = wheel.repair_wheel(raw, args.out, plat=wheel.target_plat(arch))
-    wheel.check_wheels([repaired], _log)
+    gate.check_wheels([repaired], _log)
     print(repaired)
     if args.variants:
         from . import variants
@@ -114,7 +108,7 @@ def cmd_wheel(args: argparse.Namespace) -> int:
             summary=args.summary,
             log=_log,
         )
-        wheel.check_wheels([m for m in made if m.suffix == ".whl"], _log)
+        gate.check_wheels([m for m in made if m.suffix == ".whl"], _log)
         for m in made:
             print(m)
     return 0
@@ -122,13 +116,13 @@ def cmd_wheel(args: argparse.Namespace) -> int:
 
 def cmd_repair(args: argparse.Namespace) -> int:
     repaired = wheel.repair_wheel(args.wheel, args.out)
-    wheel.check_wheels([repaired], _log)
+    gate.check_wheels([repaired], _log)
     print(repaired)
     return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    wheel.check_wheels(args.wheels, _log)
+    gate.check_wheels(args.wheels, _log)
     return 0
 
 
@@ -188,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (artifacts.BuildError, toolchain.ToolchainError, wheel.WheelError) as exc:
+    except BuildError as exc:
         print(f"cuplug.build {args.command}: {exc}", file=sys.stderr)
         return 1
 

@@ -52,12 +52,14 @@ def _why_reserved(what: str, value: str) -> str | None:
 
 
 def _installed_clash(name: str, package: str) -> str | None:
-    """A project whose distributions (PACKAGE, PACKAGE-cuda12, -cuda13) or backend name already exist here."""
-    from cuplug import manifest
+    """A project whose distributions (PACKAGE, PACKAGE-cudaNN for each CUDA major) or backend name already exist here."""
+    from cuplug.contract import distributions, manifest
 
-    installed = manifest.Installed(list(sys.path))
-    for dist in (package, f"{package}_cuda12", f"{package}_cuda13"):
-        if manifest.normalize(dist) in installed.dists:
+    from .toolchain import INSTALLERS  # the CUDA majors the template builds: one backend distribution each
+
+    installed = distributions.Installed(list(sys.path))
+    for dist in (package, *(f"{package}_{major}" for major in sorted(INSTALLERS))):
+        if distributions.normalize(dist) in installed.dists:
             return (
                 f"a distribution named {dist.replace('_', '-')!r} is already installed; its files would be overwritten"
             )

@@ -46,6 +46,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from .process import BuildError, run
 from .resources import toolchains_dir
 
 Log = Callable[[str], None]
@@ -54,7 +55,7 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 
 
-class ToolchainError(RuntimeError):
+class ToolchainError(BuildError):
     """A toolchain could not be installed; the message says which step and what to do."""
 
 
@@ -92,14 +93,7 @@ def sha256_file(path: Path) -> str:
 
 
 def _run(cmd: list[str], step: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
-    try:
-        proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, check=False)
-    except FileNotFoundError as exc:
-        raise ToolchainError(f"{step}: `{cmd[0]}` is not installed ({exc})") from exc
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip()[-2000:]
-        raise ToolchainError(f"{step} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
-    return proc.stdout
+    return run(cmd, step, env, cwd, error=ToolchainError)
 
 
 def _fresh_dir(path: Path) -> None:

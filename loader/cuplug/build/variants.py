@@ -50,7 +50,12 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from cuplug.contract import manifest
+from cuplug.contract.cuda import version_str
+from cuplug.contract.manifest import Artifact
+
 from . import wheel as _wheel
+from .wheelfile import record_line, split_label
 
 SCHEMA_URL = "https://variants-schema.wheelnext.dev/peps/850/v0.2.0.json"
 NAMESPACE = "nvidia"
@@ -74,26 +79,7 @@ class VariantError(_wheel.WheelError):
 @dataclasses.dataclass(frozen=True)
 class Planned:
     label: str
-    artifacts: tuple[dict[str, Any], ...]  # manifest entries, verbatim
-
-
-def split_label(filename: str) -> tuple[str, str | None]:
-    """(the wheel file name without its variant label, the label or None), per PEP 825's grammar.
-
-    5 dash-separated fields: no label; 7: build tag and label; 6: a label when the third field
-    (then the Python tag) does not start with a digit, else a build tag.
-    """
-    if not filename.endswith(".whl"):
-        return filename, None
-    parts = filename[: -len(".whl")].split("-")
-    if len(parts) == 7 or (len(parts) == 6 and not parts[2][:1].isdigit()):
-        return "-".join(parts[:-1]) + ".whl", parts[-1]
-    return filename, None
-
-
-def driver_version_str(min_driver: int) -> str:
-    """12040 -> '12.4' (cuDriverGetVersion's encoding: 1000 * major + 10 * minor)."""
-    return f"{min_driver // 1000}.{(min_driver % 1000) // 10}"
+    artifacts: tuple[Artifact, ...]  # manifest entries
 
 
 def _arch(target: str, prefix: str) -> str:
@@ -102,29 +88,28 @@ def _arch(target: str, prefix: str) -> str:
     return target[len(prefix) :]
 
 
-def properties_of(artifacts: Iterable[dict[str, Any]]) -> Properties:
+def properties_of(artifacts: Iterable[Artifact]) -> Properties:
     """The nvidia properties of a set of manifest entries (sass/ptx/min_driver, read from the files)."""
     arts = list(artifacts)
     if not arts:
         return {}
-    sm = {f"{_arch(s, 'sm_')}_real" for a in arts for s in a["sass"]}
-    sm |= {f"{_arch(p, 'compute_')}_virtual" for a in arts for p in a["ptx"]}
-    feats = {"cuda_version_lower_bound": [driver_version_str(max(int(a["min_driver"]) for a in arts))]}
+    sm = {f"{_arch(s, 'sm_')}_real" for a in arts for s in a.sass}
+    sm |= {f"{_arch(p, 'compute_')}_virtual" for a in arts for p in a.ptx}
+    feats = {"cuda_version_lower_bound": [str(version_str(max(a.min_driver for a in arts)))]}
     if sm:
         feats["sm_arch"] = sorted(sm)
     return {NAMESPACE: feats}
 
 
-def plan(manifest: dict[str, Any]) -> list[Planned]:
+def plan(arts: Sequence[Artifact]) -> list[Planned]:
     """One entry per dedicated SASS artifact (+ the PTX-only ones), then ``null`` (PTX-only alone)."""
-    arts = list(manifest.get("artifacts", ()))
-    ptx_only = tuple(a for a in arts if not a["sass"] and a["ptx"])
+    ptx_only = tuple(a for a in arts if not a.sass and a.ptx)
     planned = []
-    for a in sorted(arts, key=lambda a: str(a["variant"])):
-        if len(a["sass"]) == 1 and not a["ptx"]:
-            label = str(a["variant"]).lower()
+    for a in sorted(arts, key=lambda a: a.variant):
+        if len(a.sass) == 1 and not a.ptx:
+            label = a.variant.lower()
             if not LABEL_RE.match(label) or label == NULL_LABEL:
-                raise VariantError(f"variant name {a['variant']!r} cannot be a PEP 825 variant label")
+                raise VariantError(f"variant name {a.variant!r} cannot be a PEP 825 variant label")
             planned.append(Planned(label, (a, *ptx_only)))
     if not planned:
         raise VariantError("the manifest has no dedicated SASS variant (one sm_XX, no PTX) to make a variant of")
@@ -209,7 +194,7 @@ def add_variant(repaired: Path, label: str, metadata: bytes, out_dir: Path) -> P
     files.pop(record_name)
     files[vname] = metadata
     # RECORD lists files only (auditwheel's directory entries stay in the archive, unlisted, as it wrote them).
-    record = [_wheel._record_line(n, data) for n, data in files.items() if not n.endswith("/")]
+    record = [record_line(n, data) for n, data in files.items() if not n.endswith("/")]
     files[record_name] = ("\n".join([*record, f"{record_name},,"]) + "\n").encode()
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
         for n, data in files.items():
@@ -232,29 +217,28 @@ def build_variant_wheels(
     log: Callable[[str], None] = print,
 ) -> list[Path]:
     """Variant wheels (repaired, labelled) and ``{name}-{version}-variants.json`` into ``out_dir``."""
-    manifest_path = build_dir / "manifest.json"
     try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise VariantError(f"{manifest_path}: {exc}; run `python -m cuplug.build variants` first") from exc
+        found = manifest.read(build_dir)
+        if found.problems:
+            raise manifest.ManifestError(found.problems[0])
+    except manifest.ManifestError as exc:
+        raise VariantError(f"{exc}; run `python -m cuplug.build variants` first") from exc
     out_dir.mkdir(parents=True, exist_ok=True)
     made: list[Path] = []
     docs = []
     # The CPU the manifest's artifacts are for (x86_64 for manifests from before the field): aarch64
     # variant wheels from a cross build get manylinux_2_17_aarch64 like the all-variant wheel.
-    arch = next((str(a["arch"]) for a in manifest.get("artifacts", ()) if a.get("arch")), "x86_64")
-    for p in plan(manifest):
+    arch = next((a.arch for a in found.artifacts if a.arch), "x86_64")
+    for p in plan(found.artifacts):
         props = {} if p.label == NULL_LABEL else properties_of(p.artifacts)
         metadata = variant_json(p.label, props)
         with tempfile.TemporaryDirectory() as tmp:
             sub = Path(tmp) / "build"
             sub.mkdir()
-            (sub / "manifest.json").write_text(
-                json.dumps({**manifest, "artifacts": list(p.artifacts)}, indent=2) + "\n"
-            )
+            manifest.write(sub, found.cuda, p.artifacts)
             for a in p.artifacts:
-                (sub / a["file"]).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(build_dir / a["file"], sub / a["file"])
+                (sub / a.file).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(build_dir / a.file, sub / a.file)
             raw = _wheel.build_backend_wheel(
                 sub,
                 Path(tmp) / "raw",
@@ -270,7 +254,7 @@ def build_variant_wheels(
             made.append(add_variant(repaired, p.label, metadata, out_dir))
         docs.append(json.loads(metadata))
         flat = ", ".join(f"{ns} :: {f} :: {v}" for ns, fs in props.items() for f, vs in fs.items() for v in vs)
-        log(f"variant {p.label}: {', '.join(a['variant'] for a in p.artifacts)} ({flat or 'no properties'})")
+        log(f"variant {p.label}: {', '.join(a.variant for a in p.artifacts)} ({flat or 'no properties'})")
     index = out_dir / f"{_normalized(name)}-{version}-variants.json"
     index.write_bytes(merge(docs))
     return [*made, index]
@@ -299,10 +283,13 @@ def check_variant(wheel: Path) -> list[str]:
         except ValueError as exc:
             return [*problems, f"{vfiles[0]}: not JSON ({exc})"]
         problems += [f"{vfiles[0]}: {p}" for p in validate(doc, label)]
-        manifests = [n for n in names if n.endswith("/manifest.json") and n.count("/") == 1]
-        arts = [a for m in manifests for a in json.loads(zf.read(m)).get("artifacts", ())]
+        manifests = [n for n in names if n.endswith(f"/{manifest.FILE_NAME}") and n.count("/") == 1]
+        try:
+            arts = [a for m in manifests for a in manifest.parse(zf.read(m), m).artifacts]
+        except manifest.ManifestError as exc:
+            return [*problems, str(exc)]
         record_name = vfiles[0].rsplit("/", 1)[0] + "/RECORD"
-        want_record = {_wheel._record_line(n, zf.read(n)) for n in names if not n.endswith("/") and n != record_name}
+        want_record = {record_line(n, zf.read(n)) for n in names if not n.endswith("/") and n != record_name}
         got_record = (
             set(zf.read(record_name).decode().splitlines()) - {f"{record_name},,"} if record_name in names else set()
         )

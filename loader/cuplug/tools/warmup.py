@@ -17,8 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import loading, reasons
-from .errors import CuplugError
+from ..contract import reasons
+from ..contract.errors import CuplugError
+from ..runtime import loading
+from ..runtime.select import install_hint
 
 EXIT_CACHE_UNUSABLE = 1
 
@@ -72,14 +74,14 @@ class WarmResult:
 def warm(env: dict[str, str] | None = None, backend: str = "vector") -> tuple[list[WarmResult], str | None, str | None]:
     """(results, why nothing could be warmed, decision code) for every accepted ptx artifact."""
     env = dict(os.environ) if env is None else env
-    trace = loading.decide(backend, env=env)
+    trace = loading.explain(backend, env=env)
     if trace.probe is None or trace.probe.code != reasons.OK:
         why = trace.decision_reason if trace.probe is None else trace.probe.reason
         return [], f"no GPU to compile for: {why}", trace.decision_code if trace.probe is None else trace.probe.code
     ptx = [c for c in trace.candidates if c.variant == "ptx" and c.accepted]
     if not ptx:
         rejected = [f"{c.label}: {c.reason}" for c in trace.candidates if c.variant == "ptx"]
-        why = "; ".join(rejected) or "no ptx artifact installed (pip install 'cuplug[cuda13]')"
+        why = "; ".join(rejected) or f"no ptx artifact installed ({install_hint(trace.found)})"
         code = reasons.NO_BACKEND_INSTALLED if not rejected else reasons.NO_COMPATIBLE_ARTIFACT
         return [], f"no usable PTX variant: {why}", code
     results = []

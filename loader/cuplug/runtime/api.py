@@ -1,6 +1,6 @@
 """The Python face of a loaded backend: ``Backend`` and its resident ``Tensor`` (alias ``Buffer``).
 
-It knows only the C ABI v2 (``abi.BackendLibrary``), never CUDA. Operands are read
+It knows only the C ABI v2 (``library.BackendLibrary``), never CUDA. Operands are read
 without a copy: cuplug Tensors, anything with ``__dlpack__`` (PyTorch, CuPy, JAX,
 NumPy), ``__cuda_array_interface__`` (CuPy, Numba) or the buffer protocol
 (NumPy, ``array.array``, memoryview). Every call is checked against the op's
@@ -21,17 +21,15 @@ Backend is closed (or unreachable) and its last exported tensor has gone.
 
 from __future__ import annotations
 
+import _thread
 import array
 import ctypes
-import json
 import os
 import sys
-import threading
 import weakref
-from typing import Any
 
-from . import abi, dlpack, dtypes, signature
-from .errors import (
+from ..contract import abi, dtypes, jsontext
+from ..contract.errors import (
     BackendClosedError,
     BackendError,
     BufferError_,
@@ -39,6 +37,14 @@ from .errors import (
     OutOfMemoryError,
     UnknownOpError,
 )
+from . import dlpack, signature
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
+    from .library import BackendLibrary
 
 _CUDA_LEGACY_STREAM = 1  # cudaStreamLegacy: what a framework's "stream 0" means to the C side (0 = instance)
 
@@ -103,10 +109,10 @@ class _Core:
         "stream",
     )
 
-    def __init__(self, lib: abi.BackendLibrary, handle: int, cuda: str | None, device: int, stream: int) -> None:
+    def __init__(self, lib: BackendLibrary, handle: int, cuda: str | None, device: int, stream: int) -> None:
         self.lib = lib
         self.handle: int | None = handle
-        self.lock = threading.RLock()  # RLock: a finalizer may run inside a locked section of this thread
+        self.lock = _thread.RLock()  # RLock: a finalizer may run inside a locked section of this thread
         self.closed = False
         self.live: dict[int, weakref.ref[Tensor]] = {}
         self.cuda = cuda
@@ -156,7 +162,7 @@ def _after_fork_in_child() -> None:
     # A CUDA context does not survive fork(): the child's CUDA instances refuse work with a clear
     # error; every lock is new, since another parent thread may have held it at the fork.
     for core in list(_cores):
-        core.lock = threading.RLock()
+        core.lock = _thread.RLock()
         if core.cuda is not None:
             core.forked_from = core.pid
 
@@ -297,7 +303,7 @@ class Backend:
     """A live backend instance. Thread-safe; use as a context manager or call ``close()``."""
 
     def __init__(
-        self, library: abi.BackendLibrary, handle: int, info: dict[str, Any], cuda: str | None = None, trace: Any = None
+        self, library: BackendLibrary, handle: int, info: dict[str, Any], cuda: str | None = None, trace: Any = None
     ) -> None:
         self._info = info
         self.variant: str = info.get("variant", "unknown")
@@ -305,7 +311,7 @@ class Backend:
         self.ops = signature.parse(info.get("ops", {}))
         self.cuda = cuda
         self.trace = trace
-        self.path = library.path
+        self._path = library.path  # the real file (never the sealed copy it was mapped from)
         device = info.get("device") or {}
         self.device_type = dtypes.DEVICE_CUDA if device.get("type", "cuda" if cuda else "cpu") == "cuda" else 1
         self.device_index = int(device.get("index") or 0)
@@ -315,6 +321,13 @@ class Backend:
         self._finalizer.atexit = False  # at exit the process ends; the driver frees the context
 
     __copy__ = __deepcopy__ = __reduce_ex__ = __reduce__ = _no_copy
+
+    @property
+    def path(self) -> Path:
+        """The backend library's file (``pathlib.Path``, imported on first use: load() does not need it)."""
+        from pathlib import Path
+
+        return Path(self._path)
 
     # ---- lifecycle
     def close(self) -> None:
@@ -377,7 +390,7 @@ class Backend:
             rc, text = self._core.lib.ping(self._live_handle())
             if rc < 0:
                 raise BackendError(f"ping: {text}", rc)
-        info: dict[str, Any] = json.loads(text)
+        info: dict[str, Any] = jsontext.loads(text)
         for key in ("sass", "ptx"):
             if isinstance(info.get(key), str):
                 info[key] = [t for t in info[key].split(",") if t]
@@ -648,7 +661,7 @@ def _new_host(template: Any, dt: dtypes.DType, shape: tuple[int, ...]) -> Any:
 def _scalar(result: Any) -> Any:
     """The one element of a host or resident scalar result, as a Python number."""
     if isinstance(result, Tensor):  # through cuplug's own host memory: float16/bfloat16 need no NumPy
-        from .samples import HostBuffer
+        from .hostbuf import HostBuffer
 
         host = HostBuffer(result.dtype, result.shape)
         result.to_host(out=host)

@@ -14,13 +14,16 @@ never re-applied on top of the driver's numbering.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
-import json
 import os
 import sys
-from typing import Any
 
-from . import reasons
+from ..contract import reasons
+from ..contract.cuda import version_str
+from ..contract.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, ClassVar
 
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
@@ -33,46 +36,49 @@ MAX_NAME_BYTES = 256
 MAX_ERROR_NAME_BYTES = 128
 
 
-@dataclasses.dataclass(frozen=True)
-class Device:
+class Device(Record):
     """One device as the driver reported it; a fact the driver failed to give is None (unknown), never 0."""
 
+    __slots__ = ("index", "name", "capability", "memory_bytes", "uuid", "problem")
+    _defaults: ClassVar[dict[str, Any]] = {"problem": None}
     index: int
     name: str | None
     capability: tuple[int, int] | None
     memory_bytes: int | None
     uuid: str | None
-    problem: str | None = None  # why a fact is unknown (the failing call and its error)
+    problem: str | None  # why a fact is unknown (the failing call and its error)
 
     @property
     def capability_str(self) -> str | None:
         return None if self.capability is None else f"{self.capability[0]}.{self.capability[1]}"
 
 
-def version_str(v: int | None) -> str | None:
-    """cuDriverGetVersion 12040 -> "12.4"; None for an unknown or impossible value."""
-    return None if v is None or v <= 0 else f"{v // 1000}.{(v % 1000) // 10}"
-
-
-@dataclasses.dataclass(frozen=True)
-class ProbeResult:
+class ProbeResult(Record):
     """What the driver says; ``code`` is ``ok`` or the reason code of the failing step."""
 
+    __slots__ = ("code", "reason", "driver_found", "driver_path", "driver_version", "devices", "visible_devices")
+    _defaults: ClassVar[dict[str, Any]] = {
+        "driver_found": False,
+        "driver_path": None,
+        "driver_version": None,
+        "devices": (),
+        "visible_devices": None,
+    }
     code: str
     reason: str
-    driver_found: bool = False
-    driver_path: str | None = None
-    driver_version: int | None = None  # cuDriverGetVersion, e.g. 13000; None when it failed or lied
-    devices: tuple[Device, ...] = ()
-    visible_devices: str | None = None
+    driver_found: bool
+    driver_path: str | None
+    driver_version: int | None  # cuDriverGetVersion, e.g. 13000; None when it failed or lied
+    devices: tuple[Device, ...]
+    visible_devices: str | None
 
     @property
     def driver_version_str(self) -> str | None:
         return version_str(self.driver_version)
 
     def to_json(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["devices"] = [dict(dataclasses.asdict(x), capability=x.capability_str) for x in self.devices]
+        d = self._asdict()
+        d["devices"] = [dict(x._asdict(), capability=x.capability_str) for x in self.devices]
         return d
 
     @classmethod
@@ -189,7 +195,7 @@ def probe() -> ProbeResult:
     found = ProbeResult(reasons.OK, "", driver_found=True, driver_path=path, visible_devices=visible)
 
     def failed(code: str, reason: str) -> ProbeResult:
-        return dataclasses.replace(found, code=code, reason=reason)
+        return found._replace(code=code, reason=reason)
 
     missing = [name for name in REQUIRED if getattr(lib, name, None) is None]
     if missing:
@@ -208,7 +214,7 @@ def probe() -> ProbeResult:
             reasons.DRIVER_INIT_FAILED,
             f"cuDriverGetVersion reported {version.value}, which is no CUDA version; the driver's version is unknown",
         )
-    found = dataclasses.replace(found, driver_version=version.value)
+    found = found._replace(driver_version=version.value)
     rc = lib.cuInit(0)
     if rc == CUDA_ERROR_NO_DEVICE:
         return failed(reasons.NO_DEVICE, f"cuInit: {_error_name(lib, rc)}: no CUDA device visible")
@@ -232,25 +238,25 @@ def probe() -> ProbeResult:
     devices = tuple(_device(lib, index) for index in range(count.value))
     unknown = [d for d in devices if d.capability is None]
     if len(unknown) == len(devices):
-        return dataclasses.replace(
-            found,
+        return found._replace(
             code=reasons.DRIVER_INIT_FAILED,
             reason=f"no device's capability could be read: device 0: {devices[0].problem}",
             devices=devices,
         )
     shown = f"{len(devices)} device(s)" + (f", {len(unknown)} with unknown capability" if unknown else "")
-    return dataclasses.replace(found, reason=shown, devices=devices)
+    return found._replace(reason=shown, devices=devices)
 
 
 def probe_isolated(timeout: float = 30.0) -> ProbeResult:
     """The same probe in a child process, so this process never initializes CUDA (safe before fork)."""
-    import subprocess  # here, not at the top: it is a tenth of `import cuplug`
+    import json
+    import subprocess  # here, not at the top: this is the tools' path, never load()'s
 
     if not (timeout > 0 and timeout < float("inf")):
         raise ValueError(f"timeout {timeout!r} is not a positive number of seconds")
     try:
         out = subprocess.run(
-            [sys.executable, "-c", "import json,cuplug.driver as d;print(json.dumps(d.probe().to_json()))"],
+            [sys.executable, "-c", "import json,cuplug.runtime.driver as d;print(json.dumps(d.probe().to_json()))"],
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -8,10 +8,13 @@ them, so results are allocated here, never guessed.
 from __future__ import annotations
 
 import math
-from typing import Any
 
-from . import dtypes
-from .errors import InvalidInputError
+from ..contract import dtypes
+from ..contract.errors import InvalidInputError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 Shape = tuple[int, ...]
 

@@ -10,56 +10,11 @@ No NumPy: host memory is cuplug's own, exported through DLPack.
 
 from __future__ import annotations
 
-import ctypes
-import struct
 from typing import Any
 
-from . import abi, dlpack, dtypes
-from .signature import OpSignature
-
-
-class HostBuffer:
-    """Host memory of one dtype and shape, readable by any backend through DLPack."""
-
-    def __init__(self, dt: dtypes.DType, shape: tuple[int, ...]) -> None:
-        self.dtype = dt
-        self.shape = shape
-        n = 1
-        for d in shape:
-            n *= d
-        self.n = n
-        self.raw = (ctypes.c_char * max(n * dt.itemsize, 1))()
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return (dtypes.DEVICE_CPU, 0)
-
-    def __dlpack__(self, stream: Any = None, max_version: Any = None, **_: Any) -> Any:
-        versioned = max_version is not None and tuple(max_version) >= (1, 0)
-        return dlpack.export(
-            self,
-            ctypes.addressof(self.raw),
-            self.__dlpack_device__(),
-            abi.CDtype(self.dtype.code, self.dtype.bits, 1),
-            self.shape,
-            versioned,
-        )
-
-    def values(self) -> list[float]:
-        """The elements as Python numbers (float16 and bfloat16 decoded from their bits)."""
-        data = bytes(self.raw)[: self.n * self.dtype.itemsize]
-        if self.dtype.name == "bfloat16":
-            bits = struct.unpack(f"<{self.n}H", data)
-            return [struct.unpack("<f", struct.pack("<I", b << 16))[0] for b in bits]
-        return list(struct.unpack(f"<{self.n}{self.dtype.format}", data))
-
-    def fill(self, values: list[float]) -> None:
-        if self.dtype.name == "bfloat16":  # the values are exact in bfloat16: truncating the float32 bits is exact
-            data = b"".join(struct.pack("<H", struct.unpack("<I", struct.pack("<f", v))[0] >> 16) for v in values)
-        else:
-            data = struct.pack(
-                f"<{len(values)}{self.dtype.format}", *(int(v) if not self.dtype.is_float else v for v in values)
-            )
-        ctypes.memmove(self.raw, data, len(data))
+from ..contract import dtypes
+from ..runtime.hostbuf import HostBuffer
+from ..runtime.signature import OpSignature
 
 
 def _pattern(dt: dtypes.DType, n: int) -> list[float]:

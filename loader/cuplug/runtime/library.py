@@ -1,90 +1,25 @@
-"""ctypes binding of the backend C ABI v2 (backends/include/cuplug/backend.h).
+"""A backend library, dlopened and bound to the C ABI v2 (``contract.abi``).
 
 The library is opened by absolute path with RTLD_NOW | RTLD_LOCAL: every
 unresolved symbol fails at load, and nothing leaks into the global namespace.
+Every failure is an :class:`ArtifactError` with its reason code.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-from pathlib import Path
-from typing import Any
 
-from . import reasons
-from .errors import ArtifactError
+from ..contract import abi, jsontext, reasons
+from ..contract.abi import ABI_VERSION, E_INVALID_ARGUMENT, OK, SIGNATURES, SYMBOLS
+from ..contract.errors import ArtifactError
 
-ABI_VERSION = 2
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
-# Status codes of backend.h.
-OK = 0
-E_INVALID_ARGUMENT = -1
-E_UNKNOWN_OP = -2
-E_BAD_BUFFER = -3
-E_OUT_OF_MEMORY = -4
-E_DEVICE = -5
-E_NO_KERNEL_IMAGE = -6
-E_BUFFER_TOO_SMALL = -7
-E_WRONG_DEVICE = -8
-
-ATTR_INT64, ATTR_FLOAT64 = 0, 1
-
-
-class CDtype(ctypes.Structure):
-    """DLDataType / cuplug_dtype."""
-
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class CTensor(ctypes.Structure):
-    """DLTensor / cuplug_tensor, field for field."""
-
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device_type", ctypes.c_int32),
-        ("device_id", ctypes.c_int32),
-        ("ndim", ctypes.c_int32),
-        ("dtype", CDtype),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-class _AttrValue(ctypes.Union):
-    _fields_ = [("i", ctypes.c_int64), ("f", ctypes.c_double)]
-
-
-class CAttr(ctypes.Structure):
-    """cuplug_attr: a named int64 or float64."""
-
-    _fields_ = [("name", ctypes.c_char_p), ("kind", ctypes.c_int32), ("value", _AttrValue)]
-
-
-_P = ctypes.c_void_p
-_LL = ctypes.c_longlong
-_S = ctypes.c_char_p
-_I = ctypes.c_int
-_U64 = ctypes.c_uint64
-_TP = ctypes.POINTER(CTensor)
-_SIGNATURES: dict[str, tuple[object, list[object]]] = {
-    "cuplug_backend_abi_version": (_I, []),
-    "cuplug_backend_create": (_P, [_S]),
-    "cuplug_backend_last_create_error": (_I, [_S, _I]),
-    "cuplug_backend_ping": (_I, [_P, _S, _I]),
-    "cuplug_backend_call": (_I, [_P, _S, _TP, _I, _TP, _I, ctypes.POINTER(CAttr), _I, _U64]),
-    "cuplug_backend_stream_wait": (_I, [_P, _U64, _U64]),
-    "cuplug_backend_alloc": (_LL, [_P, CDtype, _I, ctypes.POINTER(ctypes.c_int64)]),
-    "cuplug_backend_upload": (_I, [_P, _LL, _P, _LL]),
-    "cuplug_backend_download": (_I, [_P, _LL, _P, _LL]),
-    "cuplug_backend_tensor": (_I, [_P, _LL, _TP]),
-    "cuplug_backend_free": (_I, [_P, _LL]),
-    "cuplug_backend_sync": (_I, [_P]),
-    "cuplug_backend_last_error": (_I, [_P, _S, _I]),
-    "cuplug_backend_destroy": (None, [_P]),
-}
-SYMBOLS = tuple(_SIGNATURES)
 MAX_PING_BYTES = 16 << 20  # a description beyond this is a broken backend, not a big op table
+MAX_PING_JSON = 1 << 20  # what the loader parses of it
 
 
 def _read_text(fn: object, *args: object) -> str:
@@ -99,7 +34,7 @@ def _read_text(fn: object, *args: object) -> str:
 class BackendLibrary:
     """One dlopened backend file with typed entry points."""
 
-    # Bound from _SIGNATURES in __init__ (ctypes functions: status codes and ids in, ints out).
+    # Bound from SIGNATURES in __init__ (ctypes functions: status codes and ids in, ints out).
     abi_version: Any
     call: Any
     stream_wait: Any
@@ -111,12 +46,12 @@ class BackendLibrary:
     free: Any
     destroy: Any
 
-    def __init__(self, path: Path) -> None:
-        if not path.is_absolute():
+    def __init__(self, path: str) -> None:
+        if not os.path.isabs(path):
             raise ArtifactError(f"refusing to load {path}: not an absolute path", reasons.LOAD_FAILED)
         self.path = path
         try:
-            self.lib = ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+            self.lib = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
         except OSError as exc:
             raise ArtifactError(f"dlopen({path}) failed: {exc}", reasons.LOAD_FAILED) from exc
         # The version first: a v1 library lacks v2 entry points, and "abi-mismatch, v1 vs v2" is the
@@ -127,13 +62,15 @@ class BackendLibrary:
             version = version_fn()
             if version != ABI_VERSION:
                 raise ArtifactError(
-                    f"{path.name} implements backend ABI v{version}, this cuplug needs v{ABI_VERSION}",
+                    f"{os.path.basename(path)} implements backend ABI v{version}, this cuplug needs v{ABI_VERSION}",
                     reasons.ABI_MISMATCH,
                 )
         missing = [name for name in SYMBOLS if not hasattr(self.lib, name)]
         if missing:
-            raise ArtifactError(f"{path.name} lacks ABI symbols: {', '.join(missing)}", reasons.LOAD_FAILED)
-        for name, (restype, argtypes) in _SIGNATURES.items():
+            raise ArtifactError(
+                f"{os.path.basename(path)} lacks ABI symbols: {', '.join(missing)}", reasons.LOAD_FAILED
+            )
+        for name, (restype, argtypes) in SIGNATURES.items():
             fn = getattr(self.lib, name)
             fn.restype = restype
             fn.argtypes = argtypes
@@ -167,3 +104,48 @@ class BackendLibrary:
                 return E_INVALID_ARGUMENT, f"ping: the backend's description is {rc} bytes (limit {MAX_PING_BYTES})"
             size = rc + 1
         return E_INVALID_ARGUMENT, "ping: the backend's description kept growing"
+
+
+def parse_ping(text: str) -> dict[str, Any]:
+    """The ping answer as a JSON object; ValueError (or RecursionError) for anything else."""
+    if len(text) > MAX_PING_JSON:
+        raise ValueError(f"{len(text)} bytes")
+    info = jsontext.loads(text)
+    if not isinstance(info, dict):
+        raise ValueError(f"a JSON {type(info).__name__}, not an object")
+    return info
+
+
+def _shown(message: str, load_path: str, real_path: str) -> str:
+    """Messages name the real file, never the /proc/self/fd/N (or private copy) it was mapped from."""
+    message = message.replace(load_path, real_path)
+    load_name = os.path.basename(load_path)
+    if message.startswith(load_name + " "):
+        message = os.path.basename(real_path) + message[len(load_name) :]
+    return message
+
+
+def open_backend(load_path: str, real_path: str, device: str | None) -> tuple[BackendLibrary, int, dict[str, Any]]:
+    """dlopen of the verified bytes at ``load_path`` (never the real path again), then create and ping.
+
+    ``real_path`` is what messages and ``Backend.path`` show. Every failure is an ArtifactError.
+    """
+    try:
+        lib = BackendLibrary(load_path)
+    except ArtifactError as exc:
+        raise ArtifactError(_shown(str(exc), load_path, real_path), exc.code) from None
+    lib.path = real_path
+    handle = lib.create(device)
+    try:
+        rc, text = lib.ping(handle)
+        if rc != OK:
+            code = reasons.KERNEL_IMAGE_MISSING if rc == abi.E_NO_KERNEL_IMAGE else reasons.LOAD_FAILED
+            raise ArtifactError(f"ping: {text}", code)
+        try:
+            info = parse_ping(text)
+        except (ValueError, RecursionError) as exc:
+            raise ArtifactError(f"ping returned no usable JSON object: {exc}", reasons.LOAD_FAILED) from None
+    except BaseException:
+        lib.destroy(handle)
+        raise
+    return lib, handle, info

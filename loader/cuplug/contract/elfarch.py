@@ -7,7 +7,7 @@ header, with this machine's architecture before dlopen.
 
 from __future__ import annotations
 
-import platform
+import os
 import struct
 
 # e_machine -> the name `uname -m` gives on Linux (and that wheel platform tags use).
@@ -22,7 +22,7 @@ MACHINES = {
     183: "aarch64",
     243: "riscv64",
 }
-# platform.machine() spellings of the same CPUs on other systems.
+# uname spellings of the same CPUs on other systems.
 _ALIASES = {"amd64": "x86_64", "arm64": "aarch64", "x64": "x86_64"}
 
 
@@ -42,5 +42,5 @@ def file_arch(path: str) -> str | None:
 
 def host_arch() -> str:
     """This machine's architecture: ``x86_64``, ``aarch64``, ..."""
-    m = platform.machine().lower()
+    m = os.uname().machine.lower()  # what platform.machine() reads, without importing platform
     return _ALIASES.get(m, m)

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import re
-import sys
 from pathlib import Path
 from typing import Any
 
-from .manifest import ENTRY_POINT_GROUP
+from ..contract.cuda import parse_target, version_str
+from ..contract.manifest import ENTRY_POINT_GROUP
+from ..runtime import discovery
 
 NULL_LABEL = "null"
 
@@ -55,18 +54,22 @@ def _flat(props: dict[str, Any]) -> tuple[str, ...]:
 
 def _cc(value: str) -> tuple[int, int, str] | None:
     """'90_real' / 'compute_75' / 'sm_90a' -> (9, 0, 'a'); None when not an arch."""
-    m = re.fullmatch(r"(?:sm_|compute_)?(\d+?)(\d)([af]?)(?:_real|_virtual)?", value)
-    return (int(m.group(1)), int(m.group(2)), m.group(3)) if m else None
+    for suffix in ("_real", "_virtual"):
+        value = value.removesuffix(suffix)
+    target = value if value.startswith(("sm_", "compute_")) else f"sm_{value}"
+    try:
+        major, minor, specific = parse_target(target)
+    except ValueError:
+        return None
+    return major, minor, target[-1] if specific else ""
 
 
 def _driver(value: str) -> int | None:
-    """'12.4' -> 12040."""
-    m = re.fullmatch(r"(\d+)\.(\d+)", value)
-    return int(m.group(1)) * 1000 + int(m.group(2)) * 10 if m else None
-
-
-def _driver_str(v: int) -> str:
-    return f"{v // 1000}.{(v % 1000) // 10}"
+    """'12.4' -> 12040 (the inverse of version_str); None for anything else."""
+    major, dot, minor = value.partition(".")
+    if not (dot and major.isdigit() and minor.isdigit() and major.isascii() and minor.isascii()):
+        return None
+    return int(major) * 1000 + int(minor) * 10
 
 
 def _facts_from_manifest(package_dir: Path | None) -> tuple[list[str], list[str], int | None]:
@@ -131,7 +134,7 @@ def check(
     if need is not None and driver_version is not None and driver_version < need:
         return VariantStatus(
             dist, version, label, flat, "no-fit",
-            f"{what} needs a driver for CUDA >= {_driver_str(need)}; this driver is {_driver_str(driver_version)}: "
+            f"{what} needs a driver for CUDA >= {version_str(need)}; this driver is {version_str(driver_version)}: "
             f"nothing in it can load; the loader falls through to another backend package or the CPU; {reinstall} "
             "or update the driver",
             "another package or cpu",
@@ -173,42 +176,19 @@ def check(
 
 def _package_dir(dist_info: Path) -> Path | None:
     """The backend package a dist-info installed: its cuplug.backends entry point's module, beside it."""
-    try:
-        text = (dist_info / "entry_points.txt").read_text(encoding="utf-8")
-    except OSError:
-        return None
-    section = None
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1].strip()
-        elif section == ENTRY_POINT_GROUP and "=" in line:
-            module = line.partition("=")[2].strip()
-            return dist_info.parent / module.replace(".", "/")
+    dist = discovery.Distribution("", str(dist_info))
+    for ep in dist.entry_points(ENTRY_POINT_GROUP):
+        module = discovery.module_dir(ep.value)
+        if module is not None:
+            return Path(dist.site) / module
     return None
 
 
 def backend_dist_infos(paths: list[str] | None = None) -> list[Path]:
     """The dist-info of every installed distribution registering a ``cuplug.backends`` entry point
-    (first on sys.path wins, as for the loader)."""
-    seen: set[str] = set()
-    found = []
-    for entry in sys.path if paths is None else paths:
-        try:
-            names = sorted(os.listdir(entry or "."))
-        except OSError:
-            continue
-        for meta in names:
-            if not meta.endswith(".dist-info"):
-                continue
-            dist = re.sub(r"[-_.]+", "_", meta.split("-")[0]).lower()
-            if dist in seen:
-                continue
-            seen.add(dist)
-            path = Path(entry or ".") / meta
-            if _package_dir(path) is not None:
-                found.append(path)
-    return found
+    (first of a name on the loader's search path wins, as for the loader)."""
+    installed = discovery.Installed(paths)
+    return [Path(d.dist_info) for d in installed.dists.values() if d.entry_points(ENTRY_POINT_GROUP)]
 
 
 def report(

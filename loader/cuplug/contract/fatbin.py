@@ -26,8 +26,9 @@ in the entry headers, so parsing is a walk over a few dozen headers.
 
 from __future__ import annotations
 
-import dataclasses
 import struct
+
+from .record import Record
 
 MAGIC = 0xBA55ED50
 KIND_PTX, KIND_ELF = 1, 2
@@ -39,8 +40,8 @@ class FatbinError(ValueError):
     """The section is not a fat binary container this reader understands."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Entry:
+class Entry(Record):
+    __slots__ = ("kind", "arch", "version", "compressed", "payload_size")
     kind: int
     arch: int
     version: tuple[int, int]  # (major, minor)
@@ -52,8 +53,8 @@ class Entry:
         return f"{'compute' if self.kind == KIND_PTX else 'sm'}_{self.arch}"
 
 
-@dataclasses.dataclass(frozen=True)
-class DeviceCode:
+class DeviceCode(Record):
+    __slots__ = ("sass", "ptx", "ptx_isa", "entries")
     sass: tuple[str, ...]  # sorted by arch: ("sm_75", "sm_80")
     ptx: tuple[str, ...]  # ("compute_75",)
     ptx_isa: str | None  # "8.4"; None without PTX

@@ -16,12 +16,15 @@ decision, and this reader is a few dozen lines over a struct the ABI already has
 
 from __future__ import annotations
 
+import _thread
 import ctypes
 import os
-import threading
-from typing import Any
 
-from . import abi
+from ..contract import abi
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 FLAG_READ_ONLY = 1 << 0  # DLPack 1.0 flags of a versioned tensor
 FLAG_IS_COPIED = 1 << 1
@@ -86,7 +89,7 @@ class Imported:
 
 # ---- export
 _exports: dict[int, tuple[Any, Any, Any]] = {}  # manager_ctx -> (managed struct, shape array, owner)
-_exports_lock = threading.RLock()
+_exports_lock = _thread.RLock()
 
 
 def _release(ctx: int) -> None:
@@ -99,7 +102,7 @@ def _release(ctx: int) -> None:
 
 def _renew_lock_in_child() -> None:
     global _exports_lock
-    _exports_lock = threading.RLock()
+    _exports_lock = _thread.RLock()
 
 
 if hasattr(os, "register_at_fork"):

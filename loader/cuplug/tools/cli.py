@@ -13,19 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import __version__, reasons, report
-from .errors import CuplugError
+from .. import __version__
+from ..contract import reasons
+from ..contract.errors import CuplugError
+from ..runtime.trace import DOCTOR_SCHEMA, printable, tag
 from .warmup import EXIT_CACHE_UNUSABLE
 
-DOCTOR_SCHEMA = "cuplug.doctor/1"
-PROBE_EXIT_HELP = """exit codes (the first failing step):
-   0  GPU ok (or a correct CPU result with --allow-cpu)
-  10  no-driver or driver-init-failed      11  no-device
-  12  capability-too-low                   13  driver-too-old
-  14  no-backend-installed or no-compatible-artifact
-  15  artifact-corrupt                     16  abi-mismatch or load-failed
-  17  kernel failed or wrong result        20  disabled (CUPLUG_DISABLE_CUDA=1)
-   2  bad usage or configuration (e.g. an invalid CUPLUG_* value)"""
+PROBE_EXIT_HELP = reasons.exit_help()
 
 
 MAX_TIMEOUT = 86_400.0
@@ -43,8 +37,6 @@ def _timeout(text: str) -> float:
 
 
 def _say(text: str) -> str:
-    from .report import printable
-
     return "\n".join(printable(line) for line in text.split("\n"))
 
 
@@ -84,7 +76,7 @@ class _Steps:
 
 def _probe_body(args: argparse.Namespace) -> Any:
     def body(steps: _Steps) -> int:
-        from . import loading
+        from ..runtime import loading
 
         out: dict[str, Any] = {"ok": False}
         t0 = time.perf_counter()
@@ -96,7 +88,7 @@ def _probe_body(args: argparse.Namespace) -> Any:
             cuda=backend.cuda,
             code=trace.decision_code,
             reason=trace.decision_reason,
-            attempts=[a.__dict__ for a in trace.attempts],
+            attempts=[a.to_json() for a in trace.attempts],
         )
         try:
             steps.step = "info"
@@ -130,6 +122,9 @@ def _probe_body(args: argparse.Namespace) -> Any:
         else:
             code = reasons.EXIT_CODES.get(trace.decision_code, 14)
         out["exit_code"] = code
+        fell = trace.fell_through
+        if fell is not None:
+            out["fell_through"] = fell.to_json()
         if args.json:
             print(json.dumps(out, indent=2))
         else:
@@ -138,12 +133,17 @@ def _probe_body(args: argparse.Namespace) -> Any:
             what = f"vector add of {(1 << 20) + 3} elements" if args.backend == "vector" else f"backend {args.backend}"
             ops = f", {len(out.get('ops', {}))} op(s) checked against the CPU twin" if out.get("ops") else ""
             took = f" in {out['add_ms']} ms" if "add_ms" in out else ""
+            forced = (
+                f" (CUPLUG_BACKEND={trace.policy.raw_forced}: {fell.label} {fell.code}, fell through)" if fell else ""
+            )
             print(
                 _say(
                     f"cuplug probe: {where} on {out.get('device')}: {what} {verdict}{ops}{took} "
-                    f"(total {out['total_ms']} ms)"
+                    f"(total {out['total_ms']} ms){forced}"
                 )
             )
+            if fell is not None:
+                print(_say(f"cuplug probe: forced {fell.label} failed: {fell.reason}"))
             if backend.variant == "cpu":
                 print(_say(f"cuplug probe: CPU fallback, reason {trace.decision_code}: {trace.decision_reason}"))
             print(f"cuplug probe: exit {code}")
@@ -158,7 +158,8 @@ class _WrongResult(Exception):
 
 def _probe_ops(backend: Any, name: str, steps: Any) -> dict[str, float]:
     """Every op once on its declared sample, compared with the CPU twin's answer; ms per op."""
-    from . import loading, samples
+    from ..runtime import loading
+    from . import samples
 
     times: dict[str, float] = {}
     twin = backend if backend.variant == "cpu" else loading.load(name, env={**os.environ, "CUPLUG_BACKEND": "cpu"})
@@ -193,91 +194,37 @@ def _print_variants(trace: Any) -> None:
     from . import variant_check
 
     for line in variant_check.format_report(_variant_rows(trace)):
-        print(_say(f"{report.tag(trace.backend)} {line}"))
+        print(_say(f"{tag(trace.backend)} {line}"))
 
 
-def doctor_json(trace: Any, load: bool) -> dict[str, Any]:
-    from . import loading
-
-    p = trace.probe
-    doc: dict[str, Any] = {
-        "schema": DOCTOR_SCHEMA,
-        "cuplug_version": __version__,
-        "driver": {
-            "found": bool(p and p.driver_found),
-            "path": p.driver_path if p else None,
-            "version": p.driver_version if p else None,
-        },
-        "devices": [
-            {
-                "index": d.index,
-                "name": d.name,
-                "capability": d.capability_str,
-                "memory_bytes": d.memory_bytes,
-                "uuid": d.uuid,
-                "problem": d.problem,
-            }
-            for d in (p.devices if p else ())
-        ],
-        "packages": [
-            {
-                "cuda": pk.cuda,
-                "path": str(pk.directory),
-                "artifacts": len(pk.artifacts),
-                "error": pk.error,
-                "distribution": pk.distribution,
-                "problems": list(pk.problems),
-            }
-            for pk in trace.packages
-        ],
-        "refused": [r.to_json() for r in trace.refused],
-        "variants": _variant_rows(trace),
-        "cpu_backend": {
-            "path": str(Path(trace.cpu.package_dir) / trace.cpu.file) if trace.cpu else None,
-            "problem": trace.cpu_problem,
-        },
-        "candidates": [
-            {
-                "backend": trace.backend,
-                "variant": c.variant,
-                "cuda": c.cuda,
-                "accepted": c.accepted,
-                "code": c.code,
-                "reason": c.reason,
-            }
-            for c in trace.candidates
-        ],
-        "decision": {
-            "backend": trace.backend,
-            "variant": trace.decision.variant,
-            "cuda": trace.decision.cuda,
-            "code": trace.decision_code,
-            "reason": trace.decision_reason,
-        },
-        "env": trace.env,
-    }
-    if load:
-        loaded: dict[str, Any] = {"variant": None, "ok": False, "error": None, "attempts": [], "info": None}
-        try:
-            with loading.load(trace.backend) as backend:
-                loaded.update(variant=backend.variant, ok=True, info=backend.info())
-                t = backend.trace
-                doc["decision"].update(
-                    variant=t.decision.variant, cuda=t.decision.cuda, code=t.decision_code, reason=t.decision_reason
-                )
-        except CuplugError as exc:
-            loaded["error"] = str(exc)
-            t = getattr(exc, "trace", None)
-        loaded["attempts"] = [
-            {"variant": a.variant, "cuda": a.cuda, "code": a.code, "reason": a.reason}
-            for a in (t.attempts if t else [])
-        ]
-        doc["loaded"] = loaded
+def doctor_json(trace: Any, loaded: dict[str, Any] | None) -> dict[str, Any]:
+    """``cuplug doctor --json``: the trace's own JSON, the variant wheels, and (unless --no-load) the load."""
+    doc = trace.to_json()
+    doc["variants"] = _variant_rows(trace)
+    if loaded is not None:
+        doc["loaded"] = {**loaded, "attempts": doc["attempts"]}
     return doc
 
 
+def _load_for_doctor(backend_name: str) -> tuple[Any, dict[str, Any]]:
+    """One decision and its load: (the trace, what loaded: variant, ok, error, info)."""
+    from ..runtime import loading
+
+    loaded: dict[str, Any] = {"variant": None, "ok": False, "error": None, "info": None}
+    try:
+        with loading.load(backend_name) as backend:
+            loaded.update(variant=backend.variant, ok=True, info=backend.info())
+            return backend.trace, loaded
+    except CuplugError as exc:
+        trace = getattr(exc, "trace", None)
+        if trace is None:  # no decision was made (a ConfigError): nothing to report but the error
+            raise
+        loaded["error"] = str(exc)
+        return trace, loaded
+
+
 def cmd_new_backend(args: argparse.Namespace) -> int:
-    from .build import scaffold
+    from ..build import scaffold
 
     try:
         dest = Path(args.dir or (args.package or args.name)).resolve()
@@ -299,37 +246,34 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def _doctor_body(args: argparse.Namespace) -> Any:
     def body(steps: _Steps) -> int:
-        from . import loading
+        from ..runtime import loading
 
-        steps.step = "decide (driver probe)"
-        trace = loading.decide(args.backend)
-        if args.json:
-            steps.step = "load" if not args.no_load else "report"
-            print(json.dumps(doctor_json(trace, not args.no_load), indent=2))
-            return 0
         if args.no_load:
-            print(trace.text())
-            _print_variants(trace)
+            steps.step = "decide (driver probe)"
+            trace = loading.explain(args.backend)
+            print(json.dumps(doctor_json(trace, None), indent=2) if args.json else trace.text())
+            if not args.json:
+                _print_variants(trace)
             return 0
-        steps.step = "load"
-        try:
-            with loading.load(args.backend) as backend:
-                print(backend.trace.text())
-                _print_variants(backend.trace)
-                info = backend.info()
-                dev = info.get("device", {}) if isinstance(info.get("device"), dict) else {}
-                mem = dev.get("memory_total")
-                free = dev.get("memory_free", 0)
-                line = f"{report.tag(args.backend)} loaded              : {backend.trace.decision.label} on {dev.get('name')}"
-                if isinstance(mem, (int, float)) and mem > 0 and isinstance(free, (int, float)):
-                    line += f", {free / 2**30:.1f}/{mem / 2**30:.1f} GiB free"
-                if dev.get("temperature_c") is not None:
-                    line += f", {dev['temperature_c']} C"
-                print(_say(line))
-        except CuplugError as exc:
-            print(trace.text())
-            print(_say(f"{report.tag(args.backend)} load failed         : {exc}"))
+        steps.step = "decide and load"
+        trace, loaded = _load_for_doctor(args.backend)
+        if args.json:
+            print(json.dumps(doctor_json(trace, loaded), indent=2))
+            return 0
+        print(trace.text())
+        _print_variants(trace)
+        label = tag(args.backend)
+        if not loaded["ok"]:
+            print(_say(f"{label} load failed         : {loaded['error']}"))
             return 1
+        dev = loaded["info"].get("device") if isinstance(loaded["info"].get("device"), dict) else {}
+        mem, free = dev.get("memory_total"), dev.get("memory_free", 0)
+        line = f"{label} loaded              : {trace.decision.label} on {dev.get('name')}"
+        if isinstance(mem, (int, float)) and mem > 0 and isinstance(free, (int, float)):
+            line += f", {free / 2**30:.1f}/{mem / 2**30:.1f} GiB free"
+        if dev.get("temperature_c") is not None:
+            line += f", {dev['temperature_c']} C"
+        print(_say(line))
         return 0
 
     return body
@@ -384,7 +328,7 @@ def cmd_warmup(args: argparse.Namespace) -> int:
 
 class _CMakeDir(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        from .build.resources import cmake_dir
+        from ..build.resources import cmake_dir
 
         print(cmake_dir())
         parser.exit(0)

@@ -27,18 +27,23 @@ debugger to this process anyway.
 
 from __future__ import annotations
 
-import hashlib
+import _thread
 import os
 import stat
 import struct
-import threading
-from pathlib import Path
-from typing import NamedTuple
+import sys
 
-from . import reasons
-from .elfarch import host_arch, machine_of
-from .errors import ArtifactError
-from .manifest import Artifact
+from ..contract import reasons
+from ..contract.elfarch import host_arch, machine_of
+from ..contract.errors import ArtifactError
+from ..contract.manifest import mismatch, outside_problem
+from ..contract.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ..contract.manifest import Artifact
 
 ELF_MAGIC = b"\x7fELF"
 ELFCLASS64, ELFDATA2LSB, ET_DYN = 2, 1, 3
@@ -47,23 +52,31 @@ PROC_SELF_FD = "/proc/self/fd"  # a module attribute, so a test can take /proc a
 CHUNK = 1 << 20
 
 
-class Verified(NamedTuple):
+# Hash files below this size with the interpreter's own SHA-256 (no import); larger ones with OpenSSL's
+# (hashlib, SHA-NI): on the 2-core CPU machine the built-in one takes 3.3 ms per MB, OpenSSL 0.6 ms per MB
+# plus 3.4 ms to import hashlib, so they break even near 1.2 MB (cuplug's CPU twin is 68 KB, a fatbin 1.2 MB).
+BUILTIN_SHA256_BELOW = 1 << 20
+
+
+class Verified(Record):
     """A checked artifact: ``path`` is the real file (what reports show), ``load_path`` what to dlopen."""
 
-    path: Path
-    load_path: Path
+    __slots__ = ("path", "load_path", "sha256", "how")
+    path: str
+    load_path: str
     sha256: str
     how: str  # "memfd" (sealed in-memory copy) or "private-copy" (no /proc/self/fd)
 
 
-class _Image(NamedTuple):
+class _Image(Record):
+    __slots__ = ("fd", "load_path", "ident", "how")
     fd: int | None
     load_path: str
     ident: tuple[int, int]  # (st_dev, st_ino) of the sealed copy, to notice a descriptor closed under us
     how: str
 
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 _images: dict[str, _Image] = {}
 _used_names: set[str] = set()
 _floor = [3]
@@ -72,27 +85,26 @@ _private_dir: list[str] = []
 
 def _reset_after_fork() -> None:
     global _lock
-    _lock = threading.Lock()
+    _lock = _thread.allocate_lock()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_after_fork)
+os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def _corrupt(message: str) -> ArtifactError:
     return ArtifactError(message, reasons.ARTIFACT_CORRUPT)
 
 
-def resolve_inside(package_dir: Path, relative: str) -> Path:
+def resolve_inside(package_dir: str, relative: str) -> str:
     """The artifact's absolute path; refuses absolute names, '..', and symlinks out of the package."""
-    if not relative or "\0" in relative or os.path.isabs(relative) or ".." in Path(relative).parts:
-        raise _corrupt(f"manifest file {relative!r} must be a relative path inside the package")
+    if why := outside_problem(relative):
+        raise _corrupt(why)
     try:
-        base = package_dir.resolve()
-        path = (base / relative).resolve()
-    except (OSError, RuntimeError, ValueError) as exc:
+        base = os.path.realpath(package_dir)
+        path = os.path.realpath(os.path.join(base, relative))
+    except (OSError, ValueError) as exc:
         raise _corrupt(f"manifest file {relative!r} cannot be resolved: {exc}") from exc
-    if base not in path.parents:
+    if os.path.commonpath([base, path]) != base or path == base:
         raise _corrupt(f"manifest file {relative!r} resolves to {path}, outside {base}")
     return path
 
@@ -113,7 +125,7 @@ def check_elf_header(head: bytes, name: str) -> None:
         )
 
 
-def _open_artifact(path: Path) -> int:
+def _open_artifact(path: str) -> int:
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_NOFOLLOW", 0)
     try:
         return os.open(path, flags)
@@ -143,22 +155,22 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[n:]
 
 
-def _copy_and_hash(src: int, sink: int, size: int, path: Path, write_to: int = -1) -> tuple[str, bytes]:
+def _copy_and_hash(src: int, sink: int, size: int, name: str, write_to: int = -1) -> tuple[str, bytes]:
     """Reads exactly ``size`` bytes of ``src`` and hashes them: (hex digest, first 64 bytes).
 
     ``sink`` >= 0 (a memfd): copied by the kernel, sealed, then the copy is hashed. Otherwise
     read here in chunks, each hashed and (``write_to`` >= 0) written there.
     """
     if sink >= 0:
-        return _kernel_copy_then_hash(src, sink, size, path)
-    digest = hashlib.sha256()
+        return _kernel_copy_then_hash(src, sink, size, name)
+    digest = _sha256(size)
     head = b""
     remaining = size
     try:
         while remaining:
             chunk = os.read(src, min(CHUNK, remaining))
             if not chunk:
-                raise _corrupt(f"{path.name}: ended after {size - remaining} of {size} bytes (truncated while read)")
+                raise _corrupt(f"{name}: ended after {size - remaining} of {size} bytes (truncated while read)")
             digest.update(chunk)
             if len(head) < 64:
                 head += chunk[: 64 - len(head)]
@@ -166,13 +178,13 @@ def _copy_and_hash(src: int, sink: int, size: int, path: Path, write_to: int = -
                 _write_all(write_to, chunk)
             remaining -= len(chunk)
         if os.read(src, 1):
-            raise _corrupt(f"{path.name}: longer than the manifest's {size} bytes (grew while read)")
+            raise _corrupt(f"{name}: longer than the manifest's {size} bytes (grew while read)")
     except OSError as exc:
-        raise _corrupt(f"{path.name}: read failed: {exc.strerror or exc}") from None
+        raise _corrupt(f"{name}: read failed: {exc.strerror or exc}") from None
     return digest.hexdigest(), head
 
 
-def _kernel_copy_then_hash(src: int, sink: int, size: int, path: Path) -> tuple[str, bytes]:
+def _kernel_copy_then_hash(src: int, sink: int, size: int, name: str) -> tuple[str, bytes]:
     """The file copied into the memfd by the kernel (sendfile), the memfd sealed, then its bytes hashed.
 
     What is hashed is the sealed copy itself (read back from it), so nothing can change
@@ -183,19 +195,36 @@ def _kernel_copy_then_hash(src: int, sink: int, size: int, path: Path) -> tuple[
         while copied < size:
             n = os.sendfile(sink, src, copied, size - copied)
             if n == 0:
-                raise _corrupt(f"{path.name}: ended after {copied} of {size} bytes (truncated while read)")
+                raise _corrupt(f"{name}: ended after {copied} of {size} bytes (truncated while read)")
             copied += n
         if os.pread(src, 1, size):
-            raise _corrupt(f"{path.name}: longer than the manifest's {size} bytes (grew while read)")
+            raise _corrupt(f"{name}: longer than the manifest's {size} bytes (grew while read)")
     except OSError as exc:
-        raise _corrupt(f"{path.name}: read failed: {exc.strerror or exc}") from None
+        raise _corrupt(f"{name}: read failed: {exc.strerror or exc}") from None
     _seal(sink)
-    digest, offset, head = hashlib.sha256(), 0, b""
+    digest, offset, head = _sha256(size), 0, b""
     while chunk := os.pread(sink, CHUNK, offset):
         digest.update(chunk)
         head = head or chunk[:64]
         offset += len(chunk)
     return digest.hexdigest(), head
+
+
+def _sha256(size: int) -> Any:
+    """A SHA-256 object: OpenSSL's (hashlib) for large files or when hashlib is loaded anyway, else the
+    interpreter's built-in one (see BUILTIN_SHA256_BELOW)."""
+    if size >= BUILTIN_SHA256_BELOW or "hashlib" in sys.modules:
+        import hashlib
+
+        return hashlib.sha256()
+    try:
+        from _sha2 import sha256  # Python 3.12+
+    except ImportError:
+        try:
+            from _sha256 import sha256  # Python 3.10, 3.11
+        except ImportError:  # a Python built without them
+            from hashlib import sha256
+    return sha256()
 
 
 def _seal(fd: int) -> None:
@@ -228,7 +257,7 @@ def _proc_path(fd: int) -> str | None:
     return path if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) else None
 
 
-def _private_copy(src_fd: int, data_fd: int | None, path: Path, sha: str) -> str:
+def _private_copy(src_fd: int, data_fd: int | None, name: str, sha: str) -> str:
     """The fallback: the verified bytes in a private file of this process (see the module docstring)."""
     import atexit
     import shutil
@@ -238,7 +267,7 @@ def _private_copy(src_fd: int, data_fd: int | None, path: Path, sha: str) -> str
         d = tempfile.mkdtemp(prefix="cuplug-verified-")
         _private_dir.append(d)
         atexit.register(shutil.rmtree, d, True)
-    target = os.path.join(_private_dir[0], f"{sha[:16]}-{path.name}")
+    target = os.path.join(_private_dir[0], f"{sha[:16]}-{name}")
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
         if data_fd is not None:  # copy from the sealed memfd
@@ -248,9 +277,9 @@ def _private_copy(src_fd: int, data_fd: int | None, path: Path, sha: str) -> str
                 offset += len(chunk)
         else:  # no memfd: read the file again, and hash what is written
             os.lseek(src_fd, 0, os.SEEK_SET)
-            got, _ = _copy_and_hash(src_fd, -1, os.fstat(src_fd).st_size, path, write_to=fd)
+            got, _ = _copy_and_hash(src_fd, -1, os.fstat(src_fd).st_size, name, write_to=fd)
             if got != sha:
-                raise _corrupt(f"{path.name}: sha256 differs from the manifest (file altered while read)")
+                raise _corrupt(f"{name}: sha256 differs from the manifest (file altered while read)")
     finally:
         os.close(fd)
     os.chmod(target, 0o500)
@@ -259,10 +288,11 @@ def _private_copy(src_fd: int, data_fd: int | None, path: Path, sha: str) -> str
 
 def verified(artifact: Artifact) -> Verified:
     """Checks ``artifact`` and returns where its verified bytes can be dlopened; raises artifact-corrupt."""
-    path = resolve_inside(Path(artifact.package_dir), artifact.file)
+    path = resolve_inside(artifact.package_dir, artifact.file)
+    name = os.path.basename(path)
     if artifact.arch and artifact.arch != host_arch():  # the manifest says so: no need to open the file
         raise _corrupt(
-            f"{path.name} is built for {artifact.arch} (manifest); this machine is {host_arch()}: "
+            f"{name} is built for {artifact.arch} (manifest); this machine is {host_arch()}: "
             f"install the wheel built for {host_arch()}"
         )
     src = _open_artifact(path)
@@ -271,28 +301,28 @@ def verified(artifact: Artifact) -> Verified:
         st = os.fstat(src)
         if not stat.S_ISREG(st.st_mode):
             raise _corrupt(f"{path} is not a regular file")
-        if st.st_size != artifact.size:
-            raise _corrupt(f"{path.name}: size {st.st_size} != manifest {artifact.size} (truncated or replaced)")
-        sink, _why_not = _new_sink(path.name)  # -1: no memfd, the private copy serves
+        if why := mismatch(artifact, st.st_size, artifact.sha256):
+            raise _corrupt(f"{name}: {why}")
+        sink, _why_not = _new_sink(name)  # -1: no memfd, the private copy serves
         try:
-            sha, head = _copy_and_hash(src, sink, artifact.size, path)
+            sha, head = _copy_and_hash(src, sink, artifact.size, name)
         except (OSError, AttributeError):  # sealing refused (an old kernel): the private copy serves
             if sink < 0:
                 raise
             os.close(sink)
             sink = -1
-            sha, head = _copy_and_hash(src, sink, artifact.size, path)
-        if sha != artifact.sha256.lower():
-            raise _corrupt(f"{path.name}: sha256 differs from the manifest (file altered)")
-        check_elf_header(head, path.name)
+            sha, head = _copy_and_hash(src, sink, artifact.size, name)
+        if why := mismatch(artifact, artifact.size, sha):
+            raise _corrupt(f"{name}: {why}")
+        check_elf_header(head, name)
         with _lock:
             cached = _images.get(sha)
             if cached is not None and _still_ours(cached):
-                return Verified(path, Path(cached.load_path), sha, cached.how)
-            image = _keep(src, sink, path, sha)
+                return Verified(path, cached.load_path, sha, cached.how)
+            image = _keep(src, sink, name, sha)
             sink = -1  # owned by the image now (or closed)
             _images[sha] = image
-            return Verified(path, Path(image.load_path), sha, image.how)
+            return Verified(path, image.load_path, sha, image.how)
     finally:
         os.close(src)
         if sink >= 0:
@@ -309,26 +339,26 @@ def _still_ours(image: _Image) -> bool:
     return (st.st_dev, st.st_ino) == image.ident
 
 
-def _keep(src: int, sink: int, path: Path, sha: str) -> _Image:
+def _keep(src: int, sink: int, name: str, sha: str) -> _Image:
     """Seals the copy and gives it a name that was never dlopened before."""
     if sink >= 0:  # sealed already (before it was hashed)
         fd = _renumber(sink)
-        name = _proc_path(fd)
-        if name is not None and name not in _used_names:
-            _used_names.add(name)
+        proc = _proc_path(fd)
+        if proc is not None and proc not in _used_names:
+            _used_names.add(proc)
             st = os.fstat(fd)
-            return _Image(fd, name, (st.st_dev, st.st_ino), "memfd")
+            return _Image(fd, proc, (st.st_dev, st.st_ino), "memfd")
         try:
-            target = _private_copy(src, fd, path, sha)
+            target = _private_copy(src, fd, name, sha)
         finally:
             os.close(fd)
     else:
-        target = _private_copy(src, None, path, sha)
+        target = _private_copy(src, None, name, sha)
     st = os.stat(target)
     return _Image(None, target, (st.st_dev, st.st_ino), "private-copy")
 
 
-def verify(artifact: Artifact) -> Path:
+def verify(artifact: Artifact) -> str:
     """Returns the absolute path of a file that matches its manifest entry, or raises artifact-corrupt.
 
     To load it, dlopen ``verified(artifact).load_path`` (the bytes that were hashed), not this path.

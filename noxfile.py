@@ -379,7 +379,7 @@ def gpu_tests(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def decision_bench(session: nox.Session) -> None:
-    """import + probe + select + verify on the fake driver, fresh processes; JSON in bench/results/."""
+    """import cuplug, explain(), load() to the CPU against a bare interpreter (fake driver, fresh processes; issue 17's targets); JSON in bench/results/."""
     _install_built_extras(session)
     fake = ROOT / "build" / "fake_cuda"
     fake.mkdir(parents=True, exist_ok=True)
@@ -394,7 +394,7 @@ def decision_bench(session: nox.Session) -> None:
         "-ldl",
         external=True,
     )
-    out = ROOT / "bench" / "results" / f"decision-cpu-{datetime.date.today()}.json"
+    out = ROOT / "bench" / "results" / f"decision-cpu-{datetime.date.today()}.json"  # rename a run you keep
     with tempfile.TemporaryDirectory() as tmp:
         session.chdir(tmp)
         session.run("python", str(ROOT / "bench" / "decision_bench.py"), str(out), str(fake))

@@ -408,7 +408,8 @@ def test_fork_after_load(kind):
 
 
 INTERRUPT = """
-import array, sys, time, cuplug
+import array, signal, sys, time, cuplug
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell's background job starts with SIGINT ignored
 b = cuplug.load()
 x = array.array("f", [1.0]) * (1 << 25)
 print("ready", flush=True)

@@ -11,6 +11,7 @@ import struct
 
 from ..contract import abi, dtypes
 from . import dlpack
+from .signature import numel
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -23,10 +24,7 @@ class HostBuffer:
     def __init__(self, dt: dtypes.DType, shape: tuple[int, ...]) -> None:
         self.dtype = dt
         self.shape = shape
-        n = 1
-        for d in shape:
-            n *= d
-        self.n = n
+        self.n = n = numel(shape)
         self.raw = (ctypes.c_char * max(n * dt.itemsize, 1))()
 
     def __dlpack_device__(self) -> tuple[int, int]:

@@ -22,6 +22,21 @@ MAX_PING_BYTES = 16 << 20  # a description beyond this is a broken backend, not 
 MAX_PING_JSON = 1 << 20  # what the loader parses of it
 
 
+# The C types of the entry points that need no struct: bound when the library is opened.
+_PLAIN_TYPES: dict[str, object] = {
+    "int": ctypes.c_int,
+    "handle": ctypes.c_void_p,
+    "str": ctypes.c_char_p,
+    "i64": ctypes.c_longlong,
+    "u64": ctypes.c_uint64,
+}
+
+
+def _plain(name: str) -> bool:
+    restype, argtypes = SIGNATURES[name]
+    return all(t is None or t in _PLAIN_TYPES for t in (restype, *argtypes))
+
+
 def _read_text(fn: object, *args: object) -> str:
     buf = ctypes.create_string_buffer(4096)
     need = fn(*args, buf, len(buf))  # type: ignore[operator]
@@ -70,13 +85,27 @@ class BackendLibrary:
             raise ArtifactError(
                 f"{os.path.basename(path)} lacks ABI symbols: {', '.join(missing)}", reasons.LOAD_FAILED
             )
-        for name, (restype, argtypes) in SIGNATURES.items():
-            fn = getattr(self.lib, name)
-            fn.restype = restype
-            fn.argtypes = argtypes
-            short = name.removeprefix("cuplug_backend_")
-            if not hasattr(type(self), short):  # create/ping/last_error are wrapped below
-                setattr(self, short, fn)
+        for name in SIGNATURES:  # what needs no tensor types now; call/alloc/tensor at their first use
+            if _plain(name):
+                self._bind(name)
+
+    def _bind(self, name: str) -> Any:
+        restype, argtypes = SIGNATURES[name]
+        types = _PLAIN_TYPES if _plain(name) else abi.ABI_TYPES
+        fn = getattr(self.lib, name)
+        fn.restype = types[restype] if restype else None
+        fn.argtypes = [types[t] for t in argtypes]
+        short = name.removeprefix("cuplug_backend_")
+        if not hasattr(type(self), short):  # create/ping/last_error are wrapped below
+            setattr(self, short, fn)
+        return fn
+
+    def __getattr__(self, short: str) -> Any:
+        """An entry point that takes tensors (call, alloc, tensor), bound when it is first used."""
+        name = "cuplug_backend_" + short
+        if name not in SIGNATURES or short.startswith("_") or "lib" not in self.__dict__:
+            raise AttributeError(short)
+        return self._bind(name)
 
     def create(self, device_pref: str | None) -> int:
         """Returns a non-NULL handle or raises ArtifactError(load-failed) with the backend's reason."""

@@ -7,8 +7,6 @@ them, so results are allocated here, never guessed.
 
 from __future__ import annotations
 
-import math
-
 from ..contract import dtypes
 from ..contract.errors import InvalidInputError
 
@@ -19,8 +17,12 @@ if TYPE_CHECKING:
 Shape = tuple[int, ...]
 
 
-def _numel(shape: Shape) -> int:
-    return math.prod(shape)
+def numel(shape: Shape) -> int:
+    """The number of elements of ``shape`` (1 for a scalar)."""
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 class Input:
@@ -108,7 +110,7 @@ class OpSignature:
                 model = self.inputs[inp.like]
                 mdt, mshape = specs[inp.like]
                 if dt is not mdt or shape != mshape:
-                    what = "lengths differ" if _numel(shape) != _numel(mshape) else "dtypes or shapes differ"
+                    what = "lengths differ" if numel(shape) != numel(mshape) else "dtypes or shapes differ"
                     raise InvalidInputError(
                         f"{self.name}: {inp.name} must match {model.name} in dtype and shape ({what}): "
                         f"{inp.name} is {dt.name}{list(shape)}, {model.name} is {mdt.name}{list(mshape)}"
@@ -127,7 +129,7 @@ class OpSignature:
         for rule in self.size_rules:
             if not 0 <= rule.input < len(specs):
                 continue
-            n = _numel(specs[rule.input][1])
+            n = numel(specs[rule.input][1])
             name = self.inputs[rule.input].name
             if (
                 (rule.multiple_of and n % rule.multiple_of)
@@ -197,7 +199,7 @@ class OpSignature:
             block = int(values.get(str(rule.get("attr")), 0))
             if block <= 0:
                 raise InvalidInputError(f"{self.name}: attribute {rule.get('attr')} must be > 0, got {block}")
-            return (-(-_numel(specs[int(rule["blocks_of"])][1]) // block),)
+            return (-(-numel(specs[int(rule["blocks_of"])][1]) // block),)
         if "attr" in rule:
             return (int(values.get(str(rule["attr"]), 0)),)
         return specs[int(rule.get("like", 0))][1]

@@ -19,7 +19,6 @@ a line of the report. The JSON stays exact (JSON escapes what it must).
 from __future__ import annotations
 
 from ..contract import reasons
-from ..contract.abi import ABI_VERSION
 from ..contract.cuda import capability_str, parse_target
 from ..contract.record import Record
 
@@ -230,6 +229,8 @@ class Trace:
                 row(f"device {d.index}", _device_line(d))
         artifacts = [a for pkg in self.packages for a in pkg.artifacts]
         row("runtime version", ", ".join(sorted({a.cuda_version for a in artifacts})) or "no CUDA backend installed")
+        from ..contract.abi import ABI_VERSION  # here: the decision itself never needs the ABI's ctypes types
+
         others = sorted({a.abi for a in artifacts} - {ABI_VERSION})  # what this loader speaks, and any other
         differ = f" (installed artifacts also: {', '.join(f'v{v}' for v in others)})" if others else ""
         row("backend ABI", f"v{ABI_VERSION}{differ}")

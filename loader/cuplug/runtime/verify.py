@@ -218,12 +218,12 @@ def _sha256(size: int) -> Any:
 
         return hashlib.sha256()
     try:
-        from _sha2 import sha256  # Python 3.12+
-    except ImportError:
-        try:
-            from _sha256 import sha256  # Python 3.10, 3.11
-        except ImportError:  # a Python built without them
-            from hashlib import sha256
+        if sys.version_info >= (3, 12):
+            from _sha2 import sha256
+        else:
+            from _sha256 import sha256
+    except ImportError:  # a Python built without them
+        from hashlib import sha256
     return sha256()
 
 

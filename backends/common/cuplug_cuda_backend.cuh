@@ -82,7 +82,7 @@ constexpr size_t kDefaultChunkBytes = size_t(2) << 20;
 constexpr size_t kChunkAlign = size_t(64) << 10;  // chunk sizes: multiples of 64 KiB (offsets stay 16-byte aligned)
 constexpr size_t kMaxChunkBytes = size_t(64) << 20;
 constexpr int kMaxStagers = 16;
-constexpr int kDefaultMaxStagers = 8;
+constexpr int kDefaultMaxStagers = 16;
 constexpr size_t kMinBytesPerStager = size_t(16) << 20;  // below this, threads cost more than they give
 constexpr size_t kDeviceAlign = 256;                     // operand regions in the host-path device arrays
 
@@ -141,6 +141,7 @@ struct DriverApi {
   CUresult (*ctx_get_current)(CUcontext*);
   CUresult (*device_get)(CUdevice*, int);
   CUresult (*device_get_name)(char*, int, CUdevice);
+  CUresult (*primary_ctx_retain)(CUcontext*, CUdevice);
 };
 DriverApi g_driver;
 bool g_driver_resolved = false;  // under g_create_lock (not pthread_once: GLIBC_2.34 when linked on a new host)
@@ -167,6 +168,25 @@ void resolve_driver() {
   g_driver.ctx_get_current = reinterpret_cast<CUresult (*)(CUcontext*)>(driver_symbol("cuCtxGetCurrent"));
   g_driver.device_get = reinterpret_cast<CUresult (*)(CUdevice*, int)>(driver_symbol("cuDeviceGet"));
   g_driver.device_get_name = reinterpret_cast<CUresult (*)(char*, int, CUdevice)>(driver_symbol("cuDeviceGetName"));
+  g_driver.primary_ctx_retain =
+      reinterpret_cast<CUresult (*)(CUcontext*, CUdevice)>(driver_symbol("cuDevicePrimaryCtxRetain"));
+}
+
+// One reference to each used device's primary context, held for the life of the process
+// (under g_create_lock). The runtime holds its own all along, so nothing changes while the
+// process runs; at exit the static runtime's teardown then releases its reference without
+// destroying the context, which the driver reclaims with the process, as it does for a
+// program that uses the driver API alone (the "context floor" of docs/performance.md).
+unsigned long long g_primary_kept = 0;  // bit d: device d (d < 64)
+
+void keep_primary_context(int device) {
+  if (device < 0 || device >= 64 || (g_primary_kept >> device & 1ULL) || !g_driver.primary_ctx_retain ||
+      !g_driver.device_get)
+    return;
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  if (g_driver.device_get(&dev, device) == CUDA_SUCCESS && g_driver.primary_ctx_retain(&ctx, dev) == CUDA_SUCCESS)
+    g_primary_kept |= 1ULL << device;
 }
 
 // The device's name through the driver (cudaGetDeviceProperties would read ~100 attributes for it).
@@ -187,82 +207,36 @@ void device_name(int device, char* buf, int len) {
 }
 
 // Temperature through NVML, opened at run time only if the driver ships it
-// (the backend links nothing but the static CUDA runtime). nvmlInit can take
-// tens of milliseconds, so the first create() starts it on a thread of its own,
-// where it overlaps context creation; ping() waits for it (or does it itself
-// when no thread could start). Once per process.
+// (the backend links nothing but the static CUDA runtime). nvmlInit and the first
+// handle lookup take 20-30 ms on the H200 machine, so the first ping of an
+// instance (the one load() makes, right after create) does not read it and
+// reports null; every later ping does (NVML is initialised once per process).
 struct Nvml {
   pthread_mutex_t lock;
-  pthread_cond_t done;
-  int state;  // 0 not started, 1 running, 2 ready, 3 unavailable
+  bool tried;
+  bool ready;
   int (*by_bus)(const char*, void**);
   int (*temp)(void*, int, unsigned*);
-  long long init_us;  // how long dlopen + nvmlInit took (on whichever thread)
+  long long init_us;  // how long dlopen + nvmlInit took
 };
-Nvml g_nvml = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, nullptr, nullptr, 0};
+Nvml g_nvml = {PTHREAD_MUTEX_INITIALIZER, false, false, nullptr, nullptr, 0};
 
-void nvml_atfork_child() {
-  // An initialization running on a thread of the parent never finishes here: no temperature.
-  pthread_mutex_init(&g_nvml.lock, nullptr);
-  pthread_cond_init(&g_nvml.done, nullptr);
-  if (g_nvml.state == 1) g_nvml.state = 3;
-}
+void nvml_atfork_child() { pthread_mutex_init(&g_nvml.lock, nullptr); }
 
-void nvml_init_now() {  // called with state == 1 set by the caller, lock not held
-  const long long t0 = now_us();
-  bool ok = false;
-  int (*by_bus)(const char*, void**) = nullptr;
-  int (*temp)(void*, int, unsigned*) = nullptr;
-  if (void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)) {
-    auto init = reinterpret_cast<int (*)()>(dlsym(nvml, "nvmlInit_v2"));
-    by_bus = reinterpret_cast<int (*)(const char*, void**)>(dlsym(nvml, "nvmlDeviceGetHandleByPciBusId_v2"));
-    temp = reinterpret_cast<int (*)(void*, int, unsigned*)>(dlsym(nvml, "nvmlDeviceGetTemperature"));
-    ok = init != nullptr && by_bus != nullptr && temp != nullptr && init() == 0;
-  }
-  pthread_mutex_lock(&g_nvml.lock);
-  g_nvml.by_bus = by_bus;
-  g_nvml.temp = temp;
-  g_nvml.init_us = now_us() - t0;
-  g_nvml.state = ok ? 2 : 3;
-  pthread_cond_broadcast(&g_nvml.done);
-  pthread_mutex_unlock(&g_nvml.lock);
-}
-
-void* nvml_thread(void*) {
-  nvml_init_now();
-  return nullptr;
-}
-
-void nvml_start() {
-  pthread_mutex_lock(&g_nvml.lock);
-  if (g_nvml.state == 0) {
-    pthread_attr_t attr;
-    pthread_t t;
-    bool started = false;
-    if (pthread_attr_init(&attr) == 0) {
-      pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-      g_nvml.state = 1;
-      started = pthread_create(&t, &attr, nvml_thread, nullptr) == 0;
-      pthread_attr_destroy(&attr);
-    }
-    if (!started) g_nvml.state = 0;  // ping() initializes it itself
-  }
-  pthread_mutex_unlock(&g_nvml.lock);
-}
-
-// True when NVML is usable; waits for a running initialization.
 bool nvml_ready() {
-  pthread_mutex_lock(&g_nvml.lock);
-  if (g_nvml.state == 0) {
-    g_nvml.state = 1;
-    pthread_mutex_unlock(&g_nvml.lock);
-    nvml_init_now();
-    pthread_mutex_lock(&g_nvml.lock);
+  Guard guard(&g_nvml.lock);
+  if (!g_nvml.tried) {
+    g_nvml.tried = true;
+    const long long t0 = now_us();
+    if (void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)) {
+      auto init = reinterpret_cast<int (*)()>(dlsym(nvml, "nvmlInit_v2"));
+      g_nvml.by_bus = reinterpret_cast<int (*)(const char*, void**)>(dlsym(nvml, "nvmlDeviceGetHandleByPciBusId_v2"));
+      g_nvml.temp = reinterpret_cast<int (*)(void*, int, unsigned*)>(dlsym(nvml, "nvmlDeviceGetTemperature"));
+      g_nvml.ready = init != nullptr && g_nvml.by_bus != nullptr && g_nvml.temp != nullptr && init() == 0;
+    }
+    g_nvml.init_us = now_us() - t0;
   }
-  while (g_nvml.state == 1) pthread_cond_wait(&g_nvml.done, &g_nvml.lock);
-  const bool ready = g_nvml.state == 2;
-  pthread_mutex_unlock(&g_nvml.lock);
-  return ready;
+  return g_nvml.ready;
 }
 
 int read_temperature_c(int device) {
@@ -298,7 +272,7 @@ struct Stager {
 };
 
 // How the host path stages, read once at create:
-//   CUPLUG_STAGING_THREADS=<1..16>   the most staging threads (default min(8, CPUs/2))
+//   CUPLUG_STAGING_THREADS=<1..16>   the most staging threads (default min(16, CPUs))
 //   CUPLUG_STAGING=threads=<n>,chunk_kb=<k>,copy=stream|memcpy,schedule=dynamic|static
 // (any subset, comma-separated; unknown keys and bad values are ignored). chunk_kb is
 // rounded down to a multiple of 64 (64 KiB .. 64 MiB); copy=stream moves bytes between
@@ -324,7 +298,10 @@ inline bool has_stream_copy() {
 StagingConfig staging_from_env() {
   StagingConfig c;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  c.threads = (int)std::max(1L, std::min((long)kDefaultMaxStagers, cpus / 2));
+  // One per CPU, up to 16: the copies into and out of pinned memory are bound by the host's memory
+  // bandwidth per thread (the H200 machine's 16 CPUs: 8 threads 0.72-0.77x the pinned copy, 12
+  // threads 0.85-0.91x, 16 threads 0.97x; docs/performance.md).
+  c.threads = (int)std::max(1L, std::min((long)kDefaultMaxStagers, cpus));
   c.chunk_bytes = kDefaultChunkBytes;
   c.stream_copy = has_stream_copy();
   c.dynamic = true;
@@ -415,7 +392,7 @@ struct cuplug_backend {
   int slot_buffers;
   // Where the start-up time went (microseconds), reported in the ping JSON as "startup_us".
   long long t_runtime_us, t_context_us, t_create_rest_us;  // create(): runtime init, context, the rest
-  long long t_smoke_us, t_facts_us, t_nvml_us, t_json_us;  // the first ping
+  long long t_smoke_us, t_facts_us, t_nvml_us;  // the first ping
   bool pinged;
   char* host_arrays;  // device arrays of a non-elementwise op's host operands
   size_t host_arrays_bytes;
@@ -1094,7 +1071,6 @@ CUPLUG_API cuplug_backend* cuplug_backend_create(const char* device_pref) {
   h->device = device;
   h->fork_generation = g_fork_generation;
   h->t_runtime_us = now_us() - t_enter;  // cudaGetDeviceCount: the static runtime's own initialization
-  nvml_start();  // temperature for ping(), overlapping the context creation below
   long long t = now_us();
   const char* step = "cudaSetDevice";
   err = cudaSetDevice(device);  // creates the primary context (CUDA 12+)
@@ -1123,6 +1099,7 @@ CUPLUG_API cuplug_backend* cuplug_backend_create(const char* device_pref) {
   if (!g_driver_resolved) resolve_driver(), g_driver_resolved = true;  // g_create_lock is held
   CUcontext ctx = nullptr;
   if (g_driver.ctx_get_current && g_driver.ctx_get_current(&ctx) == CUDA_SUCCESS) h->context = ctx;
+  keep_primary_context(device);
   h->staging = staging_from_env();
   h->slot_buffers = slot_buffers();
   h->t_create_rest_us = now_us() - t;
@@ -1170,7 +1147,8 @@ CUPLUG_API int cuplug_backend_ping(cuplug_backend* h, char* buf, int len) {
   device_name(h->device, name, sizeof name);
   const long long facts_us = now_us() - t_step;
   t_step = now_us();
-  const int temp = read_temperature_c(h->device);
+  // The first ping (load()'s, part of every cold start) leaves NVML alone: temperature null.
+  const int temp = h->pinged ? read_temperature_c(h->device) : -1;
   const long long nvml_us = now_us() - t_step;
   if (!h->pinged) {  // the first ping's steps are part of the start-up; later pings report the same numbers
     h->pinged = true;
@@ -1213,7 +1191,7 @@ CUPLUG_API int cuplug_backend_ping(cuplug_backend* h, char* buf, int len) {
                        h->staging.stream_copy ? "stream" : "memcpy", h->staging.dynamic ? "dynamic" : "static");
     cuplug_text_printf(&t,
                        ",\"startup_us\":{\"runtime_init\":%lld,\"context\":%lld,\"create_rest\":%lld,"
-                       "\"smoke_launch\":%lld,\"device_facts\":%lld,\"nvml_wait\":%lld,\"nvml_init\":%lld}",
+                       "\"smoke_launch\":%lld,\"device_facts\":%lld,\"nvml\":%lld,\"nvml_init\":%lld}",
                        h->t_runtime_us, h->t_context_us, h->t_create_rest_us, h->t_smoke_us, h->t_facts_us,
                        h->t_nvml_us, g_nvml.init_us);
     cuplug_text_printf(&t, ",\"ops\":%s}", ops);

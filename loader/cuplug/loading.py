@@ -152,7 +152,71 @@ def _check_forced(pol: policy.Policy, backend: str, artifacts: list[manifest.Art
     )
 
 
-def decide(backend: str = "vector", device: int | str | None = None, env: dict[str, str] | None = None) -> Trace:
+class _DriverStart:
+    """The driver's start on a thread of its own, begun first thing in load(): the probe (cuInit and the
+    facts, which the decision reuses: one cuInit), then, once the decision picked a CUDA candidate, the
+    primary context of the policy's device. ctypes releases the GIL during each driver call, so cuInit
+    (~100 ms on the H200 machine) overlaps reading the manifests, and context creation (~110 ms) overlaps
+    verification and dlopen; the backend's create() then finds the context made. The thread's context
+    reference is released when load() ends (the backend's runtime holds its own; a CPU fallback never
+    asked for one)."""
+
+    def __init__(self, device: int) -> None:
+        self.device = device
+        self.result: driver.ProbeResult | None = None
+        self.probed = threading.Event()
+        self.decided = threading.Event()
+        self.want_context = False
+        self._retained: Any = None
+        self._thread = threading.Thread(target=self._run, name="cuplug-driver-start", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.result = _safe_probe()
+        finally:
+            self.probed.set()
+        self.decided.wait()
+        if not self.want_context:
+            return
+        try:
+            import ctypes
+
+            lib = ctypes.CDLL(driver.LIBCUDA, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+            dev, ctx = ctypes.c_int(0), ctypes.c_void_p()
+            if lib.cuDeviceGet(ctypes.byref(dev), self.device) == 0:
+                if lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0:
+                    self._retained = (lib, dev)
+        except (OSError, AttributeError):  # no such entry point (an old or fake driver): create() makes it
+            pass
+
+    def probe(self) -> driver.ProbeResult:
+        self.probed.wait()
+        return self.result if self.result is not None else _safe_probe()
+
+    def decision(self, trace: Trace) -> None:
+        self.want_context = any(c.accepted and c.cuda is not None for c in trace.candidates)
+        self.decided.set()
+
+    def finish(self) -> None:
+        self.decided.set()
+        self._thread.join()
+        if self._retained is not None:
+            lib, dev = self._retained
+            self._retained = None
+            release = getattr(lib, "cuDevicePrimaryCtxRelease_v2", None) or getattr(
+                lib, "cuDevicePrimaryCtxRelease", None
+            )
+            if release is not None:
+                release(dev)
+
+
+def decide(
+    backend: str = "vector",
+    device: int | str | None = None,
+    env: dict[str, str] | None = None,
+    _probe: Any = None,
+) -> Trace:
     """The whole decision without loading anything (no dlopen of any candidate)."""
     pol = policy.from_env(env, device)
     env_report = policy.relevant_env(env)
@@ -177,7 +241,7 @@ def decide(backend: str = "vector", device: int | str | None = None, env: dict[s
     packages = found.packages
     artifacts = [a for p in packages for a in p.artifacts if a.backend == backend]
     _check_forced(pol, backend, artifacts, (os.environ if env is None else env).get("CUPLUG_BACKEND"))
-    probe = None if pol.forced == "cpu" else _safe_probe()
+    probe = None if pol.forced == "cpu" else (_probe() if _probe is not None else _safe_probe())
     dev, problem = (None, None) if probe is None else _device_facts(probe, pol.device)
     # manifests that could not be read, and single entries of a manifest that were refused
     unusable = [(p.cuda, f"{p.module}: {p.error}") for p in packages if p.error]
@@ -287,7 +351,24 @@ def load(backend: str = "vector", device: int | str | None = None, env: dict[str
 
     ``env`` replaces ``os.environ`` as the source of the CUPLUG_* policy (e.g. for ``cuplug warmup``).
     """
-    trace = decide(backend, device, env)
+    start = None
+    try:
+        pol = policy.from_env(env, device)
+        if not pol.disable_cuda and pol.forced != "cpu":
+            start = _DriverStart(pol.device)
+    except ConfigError:
+        pass  # decide() raises it
+    try:
+        trace = decide(backend, device, env, start.probe if start is not None else None)
+        if start is not None:
+            start.decision(trace)
+        return _load_decided(backend, trace)
+    finally:
+        if start is not None:
+            start.finish()
+
+
+def _load_decided(backend: str, trace: Trace) -> Backend:
     dev_pref = str(trace.policy.device)
     with _load_lock:
         for cand in trace.candidates:

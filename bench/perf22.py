@@ -202,7 +202,7 @@ def cold(args: argparse.Namespace) -> None:
         res["ratio_to_floor"] = {
             c: {
                 "of_medians": statistics.median(v) / statistics.median(floor),
-                "per_round": stats([a / b for a, b in zip(v, floor)]) if len(v) == len(floor) else None,
+                "per_round": stats([a / b for a, b in zip(v, floor, strict=True)]) if len(v) == len(floor) else None,
             }
             for c, v in walls.items()
         }
@@ -228,7 +228,7 @@ def cold(args: argparse.Namespace) -> None:
 # ---- sum against torch.sum --------------------------------------------------------------------
 
 
-def _event_timer(torch):  # noqa: ANN001
+def _event_timer(torch):
     def queued(fn, calls: int = 20, prime: int = 3) -> float:
         """Device time per call, the queue kept full: `prime` calls are queued first, so the host's per-call
         work overlaps the device's from the first timed call on (ms per call)."""
@@ -264,13 +264,13 @@ def _event_timer(torch):  # noqa: ANN001
     return {"queued": queued, "batch20": batch, "single": single}
 
 
-def _direct_call(b, op: str, ins, outs, stream: int):  # noqa: ANN001
+def _direct_call(b, op: str, ins, outs, stream: int):
     """The C entry point with prebuilt descriptors: what the backend and kernel cost without Python's per-call work."""
     import ctypes
 
     from cuplug import abi
 
-    def desc(t):  # noqa: ANN001, ANN202
+    def desc(t):
         shape = (ctypes.c_int64 * max(t.dim(), 1))(*t.shape)
         ct = abi.CTensor()
         ct.data, ct.device_type, ct.device_id, ct.ndim = t.data_ptr(), 2, t.device.index or 0, t.dim()
@@ -342,7 +342,9 @@ def sum_bench(args: argparse.Namespace) -> None:
                     per[f][mode].append(timer(fn))
         row: dict[str, Any] = {}
         for f, modes in per.items():
-            row[f] = {m: {**stats(v), "GBs": n * x.element_size() / statistics.median(v) / 1e6} for m, v in modes.items()}
+            row[f] = {
+                m: {**stats(v), "GBs": n * x.element_size() / statistics.median(v) / 1e6} for m, v in modes.items()
+            }
         ratios = {}
         for mode in timers:
             t_torch = statistics.median(per["torch_out"][mode])
@@ -375,14 +377,15 @@ def sum_bench(args: argparse.Namespace) -> None:
             "rel_error_vs_sum_abs": abs(got - ref) / scale,
             "torch_rel_error_vs_sum_abs": abs(float(s2.float()) - ref) / scale,
         }
-        del x, bx, bs
+        fns = per = None  # type: ignore[assignment]  # the lambdas hold x: free it before the next dtype
+        x = bx = bs = None  # type: ignore[assignment]
         torch.cuda.empty_cache()
     # Host time per call on one-element tensors: where run()'s own work goes.
     one = torch.ones(1, device="cuda")
     o1 = torch.empty((), device="cuda")
     res["per_call_us"] = {}
 
-    def per_call(fn, calls: int = 5000) -> dict[str, float]:  # noqa: ANN001
+    def per_call(fn, calls: int = 5000) -> dict[str, float]:
         for _ in range(200):
             fn()
         torch.cuda.synchronize()
@@ -603,8 +606,20 @@ def hostprocs(args: argparse.Namespace) -> None:
     runs = []
     for i in range(args.procs):
         path = f"{args.out}.proc{i}.json"
-        cmd = [sys.executable, os.path.abspath(__file__), "host", path, "--configs", args.configs,
-               "--calls", str(args.calls), "--fresh-calls", str(args.fresh_calls if i == 0 else 0), "--seed", str(i)]
+        cmd = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "host",
+            path,
+            "--configs",
+            args.configs,
+            "--calls",
+            str(args.calls),
+            "--fresh-calls",
+            str(args.fresh_calls if i == 0 else 0),
+            "--seed",
+            str(i),
+        ]
         subprocess.run(cmd, check=True)
         with open(path) as f:
             runs.append(json.load(f))
@@ -624,8 +639,10 @@ def hostprocs(args: argparse.Namespace) -> None:
     print(f"host path over {args.procs} processes (ratio to that process's pinned copy; per process: median of calls)")
     for c, e in res["per_config"].items():
         print(
-            f"  {c:44} " + " ".join(f"x{v:.3f}" for v in e["ratio_per_process"])
-            + "   slowest call: " + " ".join(f"x{v:.3f}" for v in e["ratio_min_call_per_process"])
+            f"  {c:44} "
+            + " ".join(f"x{v:.3f}" for v in e["ratio_per_process"])
+            + "   slowest call: "
+            + " ".join(f"x{v:.3f}" for v in e["ratio_min_call_per_process"])
         )
 
 
@@ -722,8 +739,10 @@ def run_all(args: argparse.Namespace) -> None:
     for path in runs:
         with open(path) as f:
             summ = json.load(f)["summary"].get("targets", {})
-        print(f"  {os.path.basename(path)}: " + "; ".join(
-            f"{k} {v['value']:.3f} {'met' if v['met'] else 'MISSED'}" for k, v in summ.items()))
+        print(
+            f"  {os.path.basename(path)}: "
+            + "; ".join(f"{k} {v['value']:.3f} {'met' if v['met'] else 'MISSED'}" for k, v in summ.items())
+        )
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ import sys
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 
 def main() -> None:
@@ -26,7 +26,7 @@ def main() -> None:
     fig, axes = plt.subplots(1, 3, figsize=(16, 5.2))
     width = 0.8 / max(len(runs), 1)
 
-    def bars(ax, labels, values_per_run, target, better):  # noqa: ANN001
+    def bars(ax, labels, values_per_run, target, better):
         for i, values in enumerate(values_per_run):
             xs = [k + (i - (len(runs) - 1) / 2) * width for k in range(len(labels))]
             rects = ax.bar(xs, values, width, label=f"run {runs[i].get('run', i + 1)}")
@@ -51,8 +51,10 @@ def main() -> None:
     # sum: torch time / cuplug time, queue kept full.
     labels = ["float32", "float16", "bfloat16"]
     vals = [
-        [r.get("sum", {}).get(d, {}).get("ratio_to_torch_out", {}).get("queued", {}).get("cuplug_out_stream", nan)
-         for d in labels]
+        [
+            r.get("sum", {}).get(d, {}).get("ratio_to_torch_out", {}).get("queued", {}).get("cuplug_out_stream", nan)
+            for d in labels
+        ]
         for r in runs
     ]
     bars(axes[1], [f"sum {d}" for d in labels], vals, 1.0, ">=")
@@ -60,7 +62,9 @@ def main() -> None:
     axes[1].set_title("sum via Backend.run / torch.sum, 1 GiB on the device")
     axes[1].set_ylabel("x torch.sum throughput (higher is better)")
     # Host path: per process.
-    vals = [r.get("host", {}).get("per_config", {}).get("default", {}).get("ratio_per_process", [nan] * 3) for r in runs]
+    vals = [
+        r.get("host", {}).get("per_config", {}).get("default", {}).get("ratio_per_process", [nan] * 3) for r in runs
+    ]
     labels = [f"process {k + 1}" for k in range(len(vals[0]))]
     bars(axes[2], labels, vals, 0.8, ">=")
     axes[2].set_ylim(0, 1.3)

@@ -268,7 +268,10 @@ def _direct_call(b, op: str, ins, outs, stream: int):
     """The C entry point with prebuilt descriptors: what the backend and kernel cost without Python's per-call work."""
     import ctypes
 
-    from cuplug import abi
+    try:
+        from cuplug.contract import abi  # the layout of issue 17
+    except ImportError:
+        from cuplug import abi
 
     def desc(t):
         shape = (ctypes.c_int64 * max(t.dim(), 1))(*t.shape)

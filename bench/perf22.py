@@ -754,7 +754,10 @@ def main() -> None:
     p = sub.add_parser("cold")
     p.add_argument("out")
     p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--cases", default="python,floor,cuplug_array,cuplug_load,cuplug_numpy,numpy,cupy,torch,breakdown")
+    p.add_argument(
+        "--cases",
+        default="python,floor,cuplug_array,cuplug_load,cuplug_numpy,numpy,cupy,torch,breakdown,overlap_array,overlap_ctx_array",
+    )
     p.add_argument("--site", action="append", default=[], help="NAME=DIR: case@NAME runs with PYTHONPATH=DIR")
     p.add_argument("--case-timeout", type=float, default=60.0, help="seconds one fresh process may take")
     p.set_defaults(fn=cold)
@@ -786,7 +789,10 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--calls", type=int, default=12)
-    p.add_argument("--cases", default="python,floor,cuplug_array,cuplug_load,cuplug_numpy,numpy,cupy,torch,breakdown")
+    p.add_argument(
+        "--cases",
+        default="python,floor,cuplug_array,cuplug_load,cuplug_numpy,numpy,cupy,torch,breakdown,overlap_array,overlap_ctx_array",
+    )
     p.add_argument("--site", action="append", default=[])
     p.add_argument("--no-ncu", action="store_true")
     p.add_argument("--step-timeout", type=float, default=300.0)

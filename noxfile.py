@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import platform
 import shutil
 import sys
 import tempfile
@@ -400,11 +401,16 @@ def decision_bench(session: nox.Session) -> None:
         session.run("python", str(ROOT / "bench" / "decision_bench.py"), str(out), str(fake))
 
 
-@nox.session(default=False, venv_params=["--system-site-packages"])  # torch, CuPy from the host
+@nox.session(default=False, venv_params=["--system-site-packages"])  # torch, CuPy, NumPy, matplotlib from the host
 def bench(session: nox.Session) -> None:
-    """GPU benchmarks side by side with torch and CuPy (needs a GPU, torch, cupy); JSON + PNG in bench/results/."""
-    session.install("numpy==2.4.6", "matplotlib")
+    """Issue 22's benchmark (needs a GPU, torch, cupy): cold start against the context floor, `sum` against
+    torch.sum, the host path against a pinned copy, each target's ratio; `-- --runs 2` for two runs.
+
+    Writes bench/results/<date>-<host>/: run<N>.json (each with its command line and machine), ncu.json,
+    targets.png. docs/performance.md says what each number means. On a GPU machine without nox (the H200
+    device machine): `bash bench/bench_h200.sh`, which runs the same script twice."""
     _install_built_extras(session)
-    out = ROOT / "bench" / "results" / "latest.json"
-    session.run("python", str(ROOT / "bench" / "gpu_bench.py"), str(out))
-    session.run("python", str(ROOT / "bench" / "plot.py"), str(out))
+    out = ROOT / "bench" / "results" / f"{datetime.date.today()}-{platform.node() or 'gpu'}"
+    with tempfile.TemporaryDirectory() as tmp:
+        session.chdir(tmp)  # the installed cuplug, never the checkout's
+        session.run("python", str(ROOT / "bench" / "perf22.py"), "all", str(out), *(session.posargs or ["--runs", "1"]))

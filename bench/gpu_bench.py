@@ -1,5 +1,8 @@
 """GPU benchmarks, side by side in one run; writes JSON (median of repeats) to argv[1].
 
+Superseded for issue 22 by bench/perf22.py (nox -s bench, bench/bench_h200.sh); kept for the
+2026-12-02/03 results it produced.
+
 Run on the GPU machine from the installed wheels:  python bench/gpu_bench.py results.json
 """
 
@@ -56,7 +59,7 @@ def breakdown(env=None, runs=5):
         row = json.loads(out.strip().splitlines()[-1])
         row["process_total"] = (time.perf_counter() - t) * 1e3
         rows.append(row)
-    med = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "variant"}
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0] if isinstance(rows[0][k], (int, float))}
     med["variant"] = rows[0]["variant"]
     return med
 

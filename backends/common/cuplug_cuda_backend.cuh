@@ -47,6 +47,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "cuplug_common.h"
 #include "cuplug_ops.h"
@@ -70,12 +73,25 @@ constexpr int kOpCount = CUPLUG_OP_COUNT(cuplug_ops);
 constexpr int kMaxArgs = CUPLUG_MAX_ARGS;
 // Host tensors move in chunks through pinned staging. One CPU thread's memcpy
 // into pinned memory runs at ~10 GB/s, well below PCIe 5; so up to kMaxStagers
-// threads each pipeline their own range (own stream, own two chunk slots), and
-// elementwise ops run per chunk, so H2D, kernel and D2H overlap.
-constexpr size_t kChunkBytes = size_t(2) << 20;  // a multiple of 16 * 8: chunk offsets stay 16-byte aligned
-constexpr int kMaxStagers = 8;
+// threads pipeline chunks (each its own stream and two chunk slots), taking the
+// next chunk from a shared counter (a slow or descheduled thread takes fewer,
+// instead of holding up the call with a fixed share), and elementwise ops run
+// per chunk, so H2D, kernel and D2H overlap. The defaults are what the H200
+// machine chose (docs/performance.md); CUPLUG_STAGING overrides them.
+constexpr size_t kDefaultChunkBytes = size_t(2) << 20;
+constexpr size_t kChunkAlign = size_t(64) << 10;  // chunk sizes: multiples of 64 KiB (offsets stay 16-byte aligned)
+constexpr size_t kMaxChunkBytes = size_t(64) << 20;
+constexpr int kMaxStagers = 16;
+constexpr int kDefaultMaxStagers = 16;
 constexpr size_t kMinBytesPerStager = size_t(16) << 20;  // below this, threads cost more than they give
 constexpr size_t kDeviceAlign = 256;                     // operand regions in the host-path device arrays
+
+// Microseconds on the monotonic clock (the start-up timings in the ping JSON).
+inline long long now_us() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+}
 
 // No libstdc++ types here (pthread, not std::mutex): with the old-glibc sysroot the
 // library then needs only GLIBCXX symbols that manylinux2014 allows.
@@ -84,10 +100,13 @@ pthread_mutex_t g_create_lock = PTHREAD_MUTEX_INITIALIZER;  // device selection 
 volatile unsigned g_fork_generation = 0;
 thread_local char g_create_error[CUPLUG_ERR_LEN];
 
+void nvml_atfork_child();
+
 void atfork_child() {
   // The parent may have held the lock in another thread; that thread does not exist here.
   pthread_mutex_init(&g_create_lock, nullptr);
   g_fork_generation = g_fork_generation + 1;
+  nvml_atfork_child();
 }
 // At load (glibc drops the handler again when the library is dlclose()d).
 __attribute__((constructor)) void register_atfork() { pthread_atfork(nullptr, nullptr, atfork_child); }
@@ -120,6 +139,9 @@ int status_of(cudaError_t err) {
 struct DriverApi {
   CUresult (*pointer_get_attributes)(unsigned, CUpointer_attribute*, void**, CUdeviceptr);
   CUresult (*ctx_get_current)(CUcontext*);
+  CUresult (*device_get)(CUdevice*, int);
+  CUresult (*device_get_name)(char*, int, CUdevice);
+  CUresult (*primary_ctx_retain)(CUcontext*, CUdevice);
 };
 DriverApi g_driver;
 bool g_driver_resolved = false;  // under g_create_lock (not pthread_once: GLIBC_2.34 when linked on a new host)
@@ -144,28 +166,89 @@ void resolve_driver() {
       reinterpret_cast<CUresult (*)(unsigned, CUpointer_attribute*, void**, CUdeviceptr)>(
           driver_symbol("cuPointerGetAttributes"));
   g_driver.ctx_get_current = reinterpret_cast<CUresult (*)(CUcontext*)>(driver_symbol("cuCtxGetCurrent"));
+  g_driver.device_get = reinterpret_cast<CUresult (*)(CUdevice*, int)>(driver_symbol("cuDeviceGet"));
+  g_driver.device_get_name = reinterpret_cast<CUresult (*)(char*, int, CUdevice)>(driver_symbol("cuDeviceGetName"));
+  g_driver.primary_ctx_retain =
+      reinterpret_cast<CUresult (*)(CUcontext*, CUdevice)>(driver_symbol("cuDevicePrimaryCtxRetain"));
 }
 
-// Temperature through NVML, opened at run time only if the driver ships it:
-// the backend links nothing but the static CUDA runtime.
+// One reference to each used device's primary context, held for the life of the process
+// (under g_create_lock). The runtime holds its own all along, so nothing changes while the
+// process runs; at exit the static runtime's teardown then releases its reference without
+// destroying the context, which the driver reclaims with the process, as it does for a
+// program that uses the driver API alone (the "context floor" of docs/performance.md).
+unsigned long long g_primary_kept = 0;  // bit d: device d (d < 64)
+
+void keep_primary_context(int device) {
+  if (device < 0 || device >= 64 || (g_primary_kept >> device & 1ULL) || !g_driver.primary_ctx_retain ||
+      !g_driver.device_get)
+    return;
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  if (g_driver.device_get(&dev, device) == CUDA_SUCCESS && g_driver.primary_ctx_retain(&ctx, dev) == CUDA_SUCCESS)
+    g_primary_kept |= 1ULL << device;
+}
+
+// The device's name through the driver (cudaGetDeviceProperties would read ~100 attributes for it).
+void device_name(int device, char* buf, int len) {
+  CUdevice dev = 0;
+  buf[0] = '\0';
+  if (g_driver.device_get && g_driver.device_get_name && g_driver.device_get(&dev, device) == CUDA_SUCCESS &&
+      g_driver.device_get_name(buf, len - 1, dev) == CUDA_SUCCESS) {
+    buf[len - 1] = '\0';
+    return;
+  }
+  cudaDeviceProp props;  // no driver entry points: the runtime's way
+  if (cudaGetDeviceProperties(&props, device) == cudaSuccess) {
+    snprintf(buf, (size_t)len, "%.*s", (int)sizeof props.name, props.name);
+  } else {
+    cudaGetLastError();
+  }
+}
+
+// Temperature through NVML, opened at run time only if the driver ships it
+// (the backend links nothing but the static CUDA runtime). nvmlInit and the first
+// handle lookup take 20-30 ms on the H200 machine, so the first ping of an
+// instance (the one load() makes, right after create) does not read it and
+// reports null; every later ping does (NVML is initialised once per process).
+struct Nvml {
+  pthread_mutex_t lock;
+  bool tried;
+  bool ready;
+  int (*by_bus)(const char*, void**);
+  int (*temp)(void*, int, unsigned*);
+  long long init_us;  // how long dlopen + nvmlInit took
+};
+Nvml g_nvml = {PTHREAD_MUTEX_INITIALIZER, false, false, nullptr, nullptr, 0};
+
+void nvml_atfork_child() { pthread_mutex_init(&g_nvml.lock, nullptr); }
+
+bool nvml_ready() {
+  Guard guard(&g_nvml.lock);
+  if (!g_nvml.tried) {
+    g_nvml.tried = true;
+    const long long t0 = now_us();
+    if (void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)) {
+      auto init = reinterpret_cast<int (*)()>(dlsym(nvml, "nvmlInit_v2"));
+      g_nvml.by_bus = reinterpret_cast<int (*)(const char*, void**)>(dlsym(nvml, "nvmlDeviceGetHandleByPciBusId_v2"));
+      g_nvml.temp = reinterpret_cast<int (*)(void*, int, unsigned*)>(dlsym(nvml, "nvmlDeviceGetTemperature"));
+      g_nvml.ready = init != nullptr && g_nvml.by_bus != nullptr && g_nvml.temp != nullptr && init() == 0;
+    }
+    g_nvml.init_us = now_us() - t0;
+  }
+  return g_nvml.ready;
+}
+
 int read_temperature_c(int device) {
-  static void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (nvml == nullptr) return -1;
-  using init_fn = int (*)();
-  using by_bus_fn = int (*)(const char*, void**);
-  using temp_fn = int (*)(void*, int, unsigned*);
-  static auto init = reinterpret_cast<init_fn>(dlsym(nvml, "nvmlInit_v2"));
-  static auto by_bus = reinterpret_cast<by_bus_fn>(dlsym(nvml, "nvmlDeviceGetHandleByPciBusId_v2"));
-  static auto temp = reinterpret_cast<temp_fn>(dlsym(nvml, "nvmlDeviceGetTemperature"));
-  static int init_rc = init ? init() : -1;
+  if (!nvml_ready()) return -1;
   char bus[32];
   void* handle = nullptr;
   unsigned t = 0;
-  if (init_rc != 0 || !by_bus || !temp || cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess) {
+  if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess) {
     cudaGetLastError();
     return -1;
   }
-  if (by_bus(bus, &handle) != 0 || temp(handle, 0 /* NVML_TEMPERATURE_GPU */, &t) != 0) return -1;
+  if (g_nvml.by_bus(bus, &handle) != 0 || g_nvml.temp(handle, 0 /* NVML_TEMPERATURE_GPU */, &t) != 0) return -1;
   return (int)t;
 }
 
@@ -179,7 +262,7 @@ int slot_buffers() {
 }
 
 // One host-path pipeline: a stream and two slots. Slot k has slot_buffers()
-// chunk buffers of kChunkBytes in pinned memory, and as many in device memory
+// chunk buffers of chunk_bytes in pinned memory, and as many in device memory
 // for elementwise ops (made on their first use).
 struct Stager {
   cudaStream_t stream;
@@ -188,14 +271,107 @@ struct Stager {
   cudaEvent_t slot_free[2];
 };
 
-int stagers_from_env() {
+// How the host path stages, read once at create:
+//   CUPLUG_STAGING_THREADS=<1..16>   the most staging threads (default min(16, CPUs))
+//   CUPLUG_STAGING=threads=<n>,chunk_kb=<k>,copy=stream|memcpy,schedule=dynamic|static
+// (any subset, comma-separated; unknown keys and bad values are ignored). chunk_kb is
+// rounded down to a multiple of 64 (64 KiB .. 64 MiB); copy=stream moves bytes between
+// the caller's arrays and pinned memory with non-temporal stores (no read-for-ownership
+// of the destination, no cache pollution), memcpy with the C library's memcpy;
+// schedule=dynamic hands out chunks from a shared counter, static gives each thread one
+// contiguous share (the 2026-12-03 design).
+struct StagingConfig {
+  int threads;
+  size_t chunk_bytes;
+  bool stream_copy;
+  bool dynamic;
+};
+
+inline bool has_stream_copy() {
+#if defined(__SSE2__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+StagingConfig staging_from_env() {
+  StagingConfig c;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  int n = (int)std::max(1L, std::min((long)kMaxStagers, cpus / 2));
+  // One per CPU, up to 16: the copies into and out of pinned memory are bound by the host's memory
+  // bandwidth per thread (the H200 machine's 16 CPUs: 8 threads 0.72-0.77x the pinned copy, 12
+  // threads 0.85-0.91x, 16 threads 0.97x; docs/performance.md).
+  c.threads = (int)std::max(1L, std::min((long)kDefaultMaxStagers, cpus));
+  c.chunk_bytes = kDefaultChunkBytes;
+  c.stream_copy = has_stream_copy();
+  c.dynamic = true;
   if (const char* v = getenv("CUPLUG_STAGING_THREADS")) {
     long want = strtol(v, nullptr, 10);
-    if (want >= 1) n = (int)std::min((long)kMaxStagers, want);
+    if (want >= 1) c.threads = (int)std::min((long)kMaxStagers, want);
   }
-  return n;
+  const char* spec = getenv("CUPLUG_STAGING");
+  if (spec == nullptr) return c;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", spec);
+  char* save = nullptr;
+  for (char* item = strtok_r(buf, ",", &save); item != nullptr; item = strtok_r(nullptr, ",", &save)) {
+    char* eq = strchr(item, '=');
+    if (eq == nullptr) continue;
+    *eq = '\0';
+    const char* key = item;
+    const char* val = eq + 1;
+    if (strcmp(key, "threads") == 0) {
+      long want = strtol(val, nullptr, 10);
+      if (want >= 1) c.threads = (int)std::min((long)kMaxStagers, want);
+    } else if (strcmp(key, "chunk_kb") == 0) {
+      long long kb = strtoll(val, nullptr, 10);
+      size_t bytes = kb > 0 ? (size_t)kb << 10 : 0;
+      bytes = std::min(bytes, kMaxChunkBytes) / kChunkAlign * kChunkAlign;
+      if (bytes > 0) c.chunk_bytes = bytes;
+    } else if (strcmp(key, "copy") == 0) {
+      if (strcmp(val, "memcpy") == 0) c.stream_copy = false;
+      if (strcmp(val, "stream") == 0) c.stream_copy = has_stream_copy();
+    } else if (strcmp(key, "schedule") == 0) {
+      if (strcmp(val, "static") == 0) c.dynamic = false;
+      if (strcmp(val, "dynamic") == 0) c.dynamic = true;
+    }
+  }
+  return c;
+}
+
+// Copies between a caller's array and pinned staging memory. With stream=true
+// (x86-64: SSE2 is part of the base ISA) the destination is written with
+// non-temporal 16-byte stores: the bytes go to DRAM without first reading the
+// destination lines into the cache, about a third less memory traffic for a copy
+// much larger than the caches, which is what the host path is. The sfence makes
+// the stores visible before the copy engine is told to read them.
+void stage_copy(void* dst, const void* src, size_t bytes, bool stream) {
+#if defined(__SSE2__)
+  if (stream && bytes >= 256) {
+    char* d = static_cast<char*>(dst);
+    const char* s = static_cast<const char*>(src);
+    const size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    memcpy(d, s, head);
+    d += head, s += head, bytes -= head;
+    const size_t body = bytes & ~size_t(63);
+    for (size_t i = 0; i < body; i += 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+      const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+    }
+    memcpy(d + body, s + body, bytes - body);
+    _mm_sfence();
+    return;
+  }
+#else
+  (void)stream;
+#endif
+  memcpy(dst, src, bytes);
 }
 
 }  // namespace cuplug_cuda
@@ -207,14 +383,17 @@ struct cuplug_backend {
   int device;
   int sm_count;
   CUcontext context;  // the context the runtime uses for `device` (its primary context); NULL if unknown
-  cudaDeviceProp props;  // read on the first ping (cold start stays short)
-  bool have_props;
+  int cc_major, cc_minor;  // read at create (two attributes; cudaGetDeviceProperties reads ~100)
   cudaStream_t stream;
   cudaEvent_t wait_event;  // stream_wait(), made on first use
   cuplug_tensor_table tensors;
   cuplug_cuda::Stager stagers[cuplug_cuda::kMaxStagers];  // host-path pipelines, made on first use
-  int max_stagers;
+  cuplug_cuda::StagingConfig staging;
   int slot_buffers;
+  // Where the start-up time went (microseconds), reported in the ping JSON as "startup_us".
+  long long t_runtime_us, t_context_us, t_create_rest_us;  // create(): runtime init, context, the rest
+  long long t_smoke_us, t_facts_us, t_nvml_us;  // the first ping
+  bool pinged;
   char* host_arrays;  // device arrays of a non-elementwise op's host operands
   size_t host_arrays_bytes;
   // cuplug_cuda_scratch(): one block, grown on demand. Its last user's stream
@@ -223,6 +402,8 @@ struct cuplug_backend {
   size_t op_scratch_bytes;
   cudaEvent_t scratch_event;
   bool scratch_recorded;  // scratch_event marks the last use
+  unsigned long long scratch_stream_id;  // cudaStreamGetId of that use's stream (ids are never reused); 0 unknown
+  unsigned long long scratch_next_id;    // the running op's stream id, recorded with the event after it
   bool scratch_taken;     // the running op asked for scratch: record after it
   char last_error[CUPLUG_ERR_LEN];
 
@@ -262,6 +443,11 @@ struct cuplug_backend {
 void* cuplug_cuda_scratch(const cuplug_call* call, size_t bytes) {
   cuplug_backend* h = static_cast<cuplug_backend*>(call->backend);
   cudaStream_t stream = static_cast<cudaStream_t>(call->stream);
+  unsigned long long sid = 0;  // a process-unique id: a new stream that reuses a destroyed one's handle differs
+  if (cudaStreamGetId(stream, &sid) != cudaSuccess) {
+    cudaGetLastError();
+    sid = 0;
+  }
   if (h->scratch_event == nullptr &&
       cudaEventCreateWithFlags(&h->scratch_event, cudaEventDisableTiming) != cudaSuccess) {
     cudaGetLastError();
@@ -291,10 +477,14 @@ void* cuplug_cuda_scratch(const cuplug_call* call, size_t bytes) {
       return nullptr;
     }
     h->op_scratch_bytes = size;
-  } else if (h->scratch_recorded && cudaStreamWaitEvent(stream, h->scratch_event, 0) != cudaSuccess) {
+  } else if (h->scratch_recorded && (sid == 0 || sid != h->scratch_stream_id) &&
+             cudaStreamWaitEvent(stream, h->scratch_event, 0) != cudaSuccess) {
+    // On the stream of the last use, stream order already puts this op after it: no wait
+    // (a wait on an event of the same stream still costs the GPU a few microseconds per call).
     cudaGetLastError();
     return nullptr;
   }
+  h->scratch_next_id = sid;
   h->scratch_taken = true;
   return h->op_scratch;
 }
@@ -331,6 +521,7 @@ int call_op(cuplug_backend* h, const cuplug_op* op, const cuplug_tensor* in, int
     h->scratch_taken = false;
     cudaError_t e = cudaEventRecord(h->scratch_event, stream);
     h->scratch_recorded = e == cudaSuccess;
+    h->scratch_stream_id = h->scratch_next_id;
     if (e != cudaSuccess && launch == cudaSuccess) launch = e;
     cudaGetLastError();
   }
@@ -451,7 +642,7 @@ int ensure_host_arrays(cuplug_backend* h, size_t bytes) {
 
 int ensure_stager(cuplug_backend* h, int i, bool device_buffers) {
   Stager* st = &h->stagers[i];
-  const size_t slot = (size_t)h->slot_buffers * kChunkBytes;
+  const size_t slot = (size_t)h->slot_buffers * h->staging.chunk_bytes;
   for (int k = 0; k < 2; ++k) {  // after a failed attempt, keep what was made (release() frees it)
     if (!st->pinned[k]) CUPLUG_TRY(cudaMallocHost(&st->pinned[k], slot), "cudaMallocHost(staging)");
     if (!st->slot_free[k])
@@ -464,12 +655,15 @@ int ensure_stager(cuplug_backend* h, int i, bool device_buffers) {
   return CUPLUG_OK;
 }
 
-// What one stager does with its element range [begin, end):
+// What one stager does with the chunks it takes (chunk c = elements
+// [c * chunk, min(n, (c + 1) * chunk))):
 //  - op == NULL: plain copies, host hin[i] -> device din[i] (upload) and device
 //    dsrc[j] -> host hout[j] (download), element sizes isz / osz;
 //  - op != NULL (elementwise): per chunk, upload the inputs into the slot's
 //    device chunk buffers, run the op there on 1-D chunk tensors, download
 //    its outputs.
+// Dynamic schedule: chunks from the shared counter *next until *next >= chunks
+// (or another stager failed); static: chunks [first, last) of its own.
 struct StageJob {
   cuplug_backend* h;
   Stager* st;
@@ -483,8 +677,14 @@ struct StageJob {
   const cuplug_tensor* in_t;  // the caller's tensors (dtypes), op != NULL
   const cuplug_tensor* out_t;
   const cuplug_attr* attrs;
-  long long chunk;  // elements per chunk
-  long long begin, end;
+  long long n;       // elements in all
+  long long chunk;   // elements per chunk
+  long long chunks;  // chunks in all
+  long long* next;   // dynamic: the shared counter; NULL: static
+  int* failed;       // set by the first stager that fails: the others stop taking chunks
+  long long first, last;  // static: this stager's chunks
+  size_t slot_stride;     // bytes between the buffers of one slot (the chunk size in bytes)
+  bool stream_copy;
   int rc;
   char error[CUPLUG_ERR_LEN];
 };
@@ -505,27 +705,38 @@ int stage_range_inner(StageJob* j) {
   Stager* st = j->st;
   CUPLUG_STAGE_TRY(cudaSetDevice(j->h->device), "cudaSetDevice(staging)");
   const int nin = j->nin, nout = j->nout;
+  const size_t stride = j->slot_stride;
   long long pending_off[2] = {0, 0}, pending_len[2] = {0, 0};  // output chunk waiting in each slot
   auto drain = [&](int slot) -> cudaError_t {
     cudaError_t e = cudaEventSynchronize(st->slot_free[slot]);
     if (e == cudaSuccess && pending_len[slot] > 0)
       for (int o = 0; o < nout; ++o)
-        memcpy(j->hout[o] + pending_off[slot] * j->osz[o], st->pinned[slot] + (size_t)(nin + o) * kChunkBytes,
-               (size_t)pending_len[slot] * j->osz[o]);
+        stage_copy(j->hout[o] + pending_off[slot] * j->osz[o], st->pinned[slot] + (size_t)(nin + o) * stride,
+                   (size_t)pending_len[slot] * j->osz[o], j->stream_copy);
     pending_len[slot] = 0;
     return e;
   };
-  for (long long off = j->begin, k = 0; off < j->end; off += j->chunk, ++k) {
-    const long long len = std::min(j->chunk, j->end - off);
+  for (long long k = 0;; ++k) {
+    long long c;
+    if (j->next != nullptr) {
+      if (__atomic_load_n(j->failed, __ATOMIC_RELAXED)) break;
+      c = __atomic_fetch_add(j->next, 1LL, __ATOMIC_RELAXED);
+      if (c >= j->chunks) break;
+    } else {
+      c = j->first + k;
+      if (c >= j->last) break;
+    }
+    const long long off = c * j->chunk;
+    const long long len = std::min(j->chunk, j->n - off);
     const int slot = (int)(k & 1);
     CUPLUG_STAGE_TRY(drain(slot), "staging wait");
     char* pin = st->pinned[slot];
     char* dev = st->device[slot];
     for (int i = 0; i < nin; ++i) {
       const size_t bytes = (size_t)len * j->isz[i];
-      memcpy(pin + (size_t)i * kChunkBytes, j->hin[i] + off * j->isz[i], bytes);
-      char* dst = j->op ? dev + (size_t)i * kChunkBytes : j->din[i] + off * j->isz[i];
-      CUPLUG_STAGE_TRY(cudaMemcpyAsync(dst, pin + (size_t)i * kChunkBytes, bytes, cudaMemcpyHostToDevice, st->stream),
+      stage_copy(pin + (size_t)i * stride, j->hin[i] + off * j->isz[i], bytes, j->stream_copy);
+      char* dst = j->op ? dev + (size_t)i * stride : j->din[i] + off * j->isz[i];
+      CUPLUG_STAGE_TRY(cudaMemcpyAsync(dst, pin + (size_t)i * stride, bytes, cudaMemcpyHostToDevice, st->stream),
                        "cudaMemcpyAsync(H2D)");
     }
     if (j->op != nullptr) {
@@ -534,7 +745,7 @@ int stage_range_inner(StageJob* j) {
       for (int i = 0; i < nin + nout; ++i) {
         cuplug_tensor& t = i < nin ? tin[i] : tout[i - nin];
         t = i < nin ? j->in_t[i] : j->out_t[i - nin];
-        t.data = dev + (size_t)i * kChunkBytes;
+        t.data = dev + (size_t)i * stride;
         t.device_type = CUPLUG_DEVICE_CUDA;
         t.device_id = j->h->device;
         t.ndim = 1;
@@ -547,9 +758,9 @@ int stage_range_inner(StageJob* j) {
     }
     for (int o = 0; o < nout; ++o) {
       const size_t bytes = (size_t)len * j->osz[o];
-      const char* src = j->op ? dev + (size_t)(nin + o) * kChunkBytes : j->dsrc[o] + off * j->osz[o];
+      const char* src = j->op ? dev + (size_t)(nin + o) * stride : j->dsrc[o] + off * j->osz[o];
       CUPLUG_STAGE_TRY(
-          cudaMemcpyAsync(pin + (size_t)(nin + o) * kChunkBytes, src, bytes, cudaMemcpyDeviceToHost, st->stream),
+          cudaMemcpyAsync(pin + (size_t)(nin + o) * stride, src, bytes, cudaMemcpyDeviceToHost, st->stream),
           "cudaMemcpyAsync(D2H)");
     }
     if (nout > 0) pending_off[slot] = off, pending_len[slot] = len;
@@ -560,13 +771,16 @@ int stage_range_inner(StageJob* j) {
   return j->rc = CUPLUG_OK;
 }
 
-// On failure too, nothing of this range is still in flight when it returns
+// On failure too, nothing of this stager's work is still in flight when it returns
 // (the next use of the slots and the caller's memory must not race with it).
 int stage_range(StageJob* j) {
   int rc = stage_range_inner(j);
-  if (rc != CUPLUG_OK && j->st->stream) {
-    cudaStreamSynchronize(j->st->stream);
-    cudaGetLastError();
+  if (rc != CUPLUG_OK) {
+    if (j->failed) __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
+    if (j->st->stream) {
+      cudaStreamSynchronize(j->st->stream);
+      cudaGetLastError();
+    }
   }
   return rc;
 }
@@ -576,9 +790,9 @@ void* stage_thread(void* job) {
   return nullptr;
 }
 
-// Splits [0, n) elements over the stagers (whole chunks each), runs them and
-// waits. Every range is done (or failed) when this returns; the first failure
-// is recorded as the instance's error.
+// Splits [0, n) elements into chunks over the stagers, runs them and waits.
+// Every chunk is done (or its stager failed) when this returns; the first
+// failure is recorded as the instance's error.
 int stage(cuplug_backend* h, StageJob tmpl, long long n) {
   if (n <= 0) return CUPLUG_OK;
   // Work already queued on the instance's stream may read or write these arrays.
@@ -586,16 +800,23 @@ int stage(cuplug_backend* h, StageJob tmpl, long long n) {
   size_t widest = 1;
   for (int i = 0; i < tmpl.nin; ++i) widest = std::max(widest, tmpl.isz[i]);
   for (int o = 0; o < tmpl.nout; ++o) widest = std::max(widest, tmpl.osz[o]);
-  tmpl.chunk = (long long)(kChunkBytes / widest);  // a multiple of 16 elements
-  const long long chunks = (n + tmpl.chunk - 1) / tmpl.chunk;
+  const size_t chunk_bytes = h->staging.chunk_bytes;
+  tmpl.chunk = (long long)(chunk_bytes / widest);  // a multiple of 16 elements (chunk_bytes: of 64 KiB)
+  tmpl.n = n;
+  tmpl.chunks = (n + tmpl.chunk - 1) / tmpl.chunk;
+  tmpl.slot_stride = chunk_bytes;
+  tmpl.stream_copy = h->staging.stream_copy;
   const long long bytes = n * (long long)widest;
-  const int count =
-      (int)std::max<long long>(1, std::min<long long>({(long long)h->max_stagers, bytes / (long long)kMinBytesPerStager,
-                                                       chunks}));
+  const int count = (int)std::max<long long>(
+      1, std::min<long long>({(long long)h->staging.threads, bytes / (long long)kMinBytesPerStager, tmpl.chunks}));
   for (int i = 0; i < count; ++i) {
     int rc = ensure_stager(h, i, tmpl.op != nullptr);
     if (rc) return rc;
   }
+  long long next = 0;
+  int failed = 0;
+  tmpl.next = h->staging.dynamic ? &next : nullptr;
+  tmpl.failed = &failed;
   StageJob jobs[kMaxStagers];
   pthread_t threads[kMaxStagers];
   bool started[kMaxStagers] = {};
@@ -603,11 +824,11 @@ int stage(cuplug_backend* h, StageJob tmpl, long long n) {
   for (int i = 0; i < count; ++i) {
     jobs[i] = tmpl;
     jobs[i].st = &h->stagers[i];
-    jobs[i].begin = std::min(n, (chunks * i / count) * tmpl.chunk);
-    jobs[i].end = std::min(n, (chunks * (i + 1) / count) * tmpl.chunk);
+    jobs[i].first = tmpl.chunks * i / count;
+    jobs[i].last = tmpl.chunks * (i + 1) / count;
     jobs[i].rc = CUPLUG_OK;
     jobs[i].error[0] = '\0';
-    // Range 0 runs on the calling thread; if a thread cannot start, its range does too.
+    // Stager 0 runs on the calling thread; if a thread cannot start, its share runs there too.
     started[i] = i > 0 && pthread_create(&threads[i], nullptr, stage_thread, &jobs[i]) == 0;
   }
   for (int i = 0; i < count; ++i)
@@ -825,6 +1046,7 @@ CUPLUG_API cuplug_backend* cuplug_backend_create(const char* device_pref) {
     device = (int)v;
   }
   Guard guard(&g_create_lock);
+  const long long t_enter = now_us();
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
@@ -848,12 +1070,20 @@ CUPLUG_API cuplug_backend* cuplug_backend_create(const char* device_pref) {
   }
   h->device = device;
   h->fork_generation = g_fork_generation;
+  h->t_runtime_us = now_us() - t_enter;  // cudaGetDeviceCount: the static runtime's own initialization
+  long long t = now_us();
   const char* step = "cudaSetDevice";
-  err = cudaSetDevice(device);
+  err = cudaSetDevice(device);  // creates the primary context (CUDA 12+)
   if (err == cudaSuccess) step = "cudaFree(0) (context creation)", err = cudaFree(0);
+  h->t_context_us = now_us() - t;
+  t = now_us();
   if (err == cudaSuccess)
     step = "cudaDeviceGetAttribute(multiprocessors)",
     err = cudaDeviceGetAttribute(&h->sm_count, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess)
+    step = "cudaDeviceGetAttribute(capability)",
+    err = cudaDeviceGetAttribute(&h->cc_major, cudaDevAttrComputeCapabilityMajor, device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&h->cc_minor, cudaDevAttrComputeCapabilityMinor, device);
   if (err == cudaSuccess)
     step = "cudaStreamCreate", err = cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking);
   if (err != cudaSuccess) {
@@ -869,8 +1099,10 @@ CUPLUG_API cuplug_backend* cuplug_backend_create(const char* device_pref) {
   if (!g_driver_resolved) resolve_driver(), g_driver_resolved = true;  // g_create_lock is held
   CUcontext ctx = nullptr;
   if (g_driver.ctx_get_current && g_driver.ctx_get_current(&ctx) == CUDA_SUCCESS) h->context = ctx;
-  h->max_stagers = stagers_from_env();
+  keep_primary_context(device);
+  h->staging = staging_from_env();
   h->slot_buffers = slot_buffers();
+  h->t_create_rest_us = now_us() - t;
   g_create_error[0] = '\0';
   return h;
 }
@@ -895,6 +1127,7 @@ CUPLUG_API int cuplug_backend_ping(cuplug_backend* h, char* buf, int len) {
   using namespace cuplug_cuda;
   CUPLUG_ENTER(h);
   CUPLUG_TRY(cudaSetDevice(h->device), "cudaSetDevice");
+  long long t_step = now_us();
   // Smoke launch: a missing kernel image for this GPU surfaces here.
   float* probe = nullptr;
   CUPLUG_TRY(cudaMalloc(&probe, 8 * sizeof(float)), "cudaMalloc(smoke)");
@@ -903,24 +1136,29 @@ CUPLUG_API int cuplug_backend_ping(cuplug_backend* h, char* buf, int len) {
   if (err == cudaSuccess) err = cudaStreamSynchronize(h->stream);
   cudaFree(probe);
   CUPLUG_TRY(err, "smoke launch");
-  if (!h->have_props) {
-    CUPLUG_TRY(cudaGetDeviceProperties(&h->props, h->device), "cudaGetDeviceProperties");
-    h->have_props = true;
-  }
+  const long long smoke_us = now_us() - t_step;
+  t_step = now_us();
   int driver = 0, runtime = 0;
   CUPLUG_TRY(cudaDriverGetVersion(&driver), "cudaDriverGetVersion");
   CUPLUG_TRY(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion");
   size_t free_b = 0, total_b = 0;
   CUPLUG_TRY(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
-  const int temp = read_temperature_c(h->device);
+  char name[257];
+  device_name(h->device, name, sizeof name);
+  const long long facts_us = now_us() - t_step;
+  t_step = now_us();
+  // The first ping (load()'s, part of every cold start) leaves NVML alone: temperature null.
+  const int temp = h->pinged ? read_temperature_c(h->device) : -1;
+  const long long nvml_us = now_us() - t_step;
+  if (!h->pinged) {  // the first ping's steps are part of the start-up; later pings report the same numbers
+    h->pinged = true;
+    h->t_smoke_us = smoke_us, h->t_facts_us = facts_us, h->t_nvml_us = nvml_us;
+  }
   char temp_s[16];
   if (temp >= 0)
     snprintf(temp_s, sizeof temp_s, "%d", temp);
   else
     snprintf(temp_s, sizeof temp_s, "null");
-  char name[sizeof h->props.name + 1];
-  memcpy(name, h->props.name, sizeof h->props.name);
-  name[sizeof h->props.name] = '\0';
 
   const int ops_len = cuplug_ops_json(cuplug_ops, kOpCount, nullptr, 0);
   char* ops = static_cast<char*>(malloc((size_t)ops_len + 1));
@@ -941,12 +1179,21 @@ CUPLUG_API int cuplug_backend_ping(cuplug_backend* h, char* buf, int len) {
     cuplug_text_printf(&t,
                        ",\"capability\":\"%d.%d\",\"memory_free\":%llu,\"memory_total\":%llu,\"temperature_c\":%s,"
                        "\"multiprocessors\":%d},",
-                       h->props.major, h->props.minor, (unsigned long long)free_b, (unsigned long long)total_b,
+                       h->cc_major, h->cc_minor, (unsigned long long)free_b, (unsigned long long)total_b,
                        temp_s, h->sm_count);
     cuplug_text_printf(&t, "\"stream\":%llu,\"sass\":", (unsigned long long)(uintptr_t)h->stream);
     cuplug_text_json_string(&t, CUPLUG_SASS_LIST);
     cuplug_text_printf(&t, ",\"ptx\":");
     cuplug_text_json_string(&t, CUPLUG_PTX_LIST);
+    cuplug_text_printf(&t,
+                       ",\"staging\":{\"threads\":%d,\"chunk_kb\":%llu,\"copy\":\"%s\",\"schedule\":\"%s\"}",
+                       h->staging.threads, (unsigned long long)(h->staging.chunk_bytes >> 10),
+                       h->staging.stream_copy ? "stream" : "memcpy", h->staging.dynamic ? "dynamic" : "static");
+    cuplug_text_printf(&t,
+                       ",\"startup_us\":{\"runtime_init\":%lld,\"context\":%lld,\"create_rest\":%lld,"
+                       "\"smoke_launch\":%lld,\"device_facts\":%lld,\"nvml\":%lld,\"nvml_init\":%lld}",
+                       h->t_runtime_us, h->t_context_us, h->t_create_rest_us, h->t_smoke_us, h->t_facts_us,
+                       h->t_nvml_us, g_nvml.init_us);
     cuplug_text_printf(&t, ",\"ops\":%s}", ops);
     if (pass == 0) {
       info = static_cast<char*>(malloc(t.used + 1));

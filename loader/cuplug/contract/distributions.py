@@ -143,30 +143,18 @@ def _extra_of(marker: str) -> str | None:
     return normalize(value) if quote and value else None
 
 
-_B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-
-
 def _record_sha256(field: str) -> str | None:
-    """'sha256=<urlsafe base64, unpadded>' (PEP 376/427) -> hex; None for any other or a malformed hash.
+    """'sha256=<urlsafe base64, unpadded>' (PEP 376/427) -> hex; None for any other or a malformed hash."""
+    import binascii
 
-    Decoded here, not with binascii/base64: their import costs 0.62 ms of load()'s 20 (2-core CPU
-    machine, fresh processes, median of 41) for 43 characters.
-    """
     algo, _, value = field.partition("=")
-    value = value.rstrip("=")  # padding is optional
-    if algo != "sha256" or len(value) != 43:
+    if algo != "sha256" or not value:
         return None
-    bits = count = 0
-    out = bytearray()
-    for ch in value:
-        index = _B64URL.find(ch)
-        if index < 0:
-            return None
-        bits, count = (bits << 6) | index, count + 6
-        if count >= 8:
-            count -= 8
-            out.append((bits >> count) & 0xFF)
-    return out.hex() if len(out) == 32 and not bits & ((1 << count) - 1) else None
+    try:
+        raw = binascii.a2b_base64(value.replace("-", "+").replace("_", "/") + "=" * (-len(value) % 4))
+    except (binascii.Error, ValueError):
+        return None
+    return raw.hex() if len(raw) == 32 else None
 
 
 def search_path() -> list[str]:

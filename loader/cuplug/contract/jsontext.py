@@ -39,7 +39,9 @@ class _Options:
 def loads(text: str, parse_constant: Callable[[str], Any] = _constant_as_none) -> Any:
     """The value of a JSON document; ``parse_constant`` gets NaN/Infinity/-Infinity (default: None)."""
     try:
-        from _json import make_scanner
+        import _json
+
+        make_scanner = getattr(_json, "make_scanner", None)
     except ImportError:  # pragma: no cover - CPython always has it
         make_scanner = None
     if make_scanner is not None:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
+    from ..contract.manifest import Artifact
     from .api import Backend
     from .discovery import Discovery
     from .select import Candidate
@@ -198,8 +199,13 @@ def _execute(trace: Trace) -> Backend:
     with _load_lock:
         for cand in trace.decided.to_try:
             art = cand.artifact
+
+            def image_of(art: Artifact | None = art) -> Verified:
+                assert art is not None  # to_try holds candidates with an artifact
+                return verify.verified(art)
+
             try:
-                result = _attempt(cand.label, lambda art=art: verify.verified(art), dev_pref, cand, trace)
+                result = _attempt(cand.label, image_of, dev_pref, cand, trace)
             except ArtifactError as exc:
                 trace.attempts.append(Attempt(cand.variant, cand.cuda, exc.code, str(exc)))
                 _log("cuplug: %s rejected at load: %s (%s)", cand.label, exc, exc.code)

@@ -219,11 +219,11 @@ def _sha256(size: int) -> Any:
         return hashlib.sha256()
     try:
         if sys.version_info >= (3, 12):
-            from _sha2 import sha256
+            from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]
         else:
-            from _sha256 import sha256
+            from _sha256 import sha256  # type: ignore[import-not-found,unused-ignore,no-redef]
     except ImportError:  # a Python built without them
-        from hashlib import sha256
+        from hashlib import sha256  # type: ignore[assignment,unused-ignore]
     return sha256()
 
 

@@ -96,6 +96,14 @@ def _run(cmd: list[str], step: str, env: dict[str, str] | None = None, cwd: Path
     return run(cmd, step, env, cwd, error=ToolchainError)
 
 
+def _reusable(label: str, dest: Path, log: Log) -> bool:
+    """``dest`` is already installed in the cache (its install finished: .complete); says so."""
+    if (dest / ".complete").exists():
+        log(f"{label}: reusing {dest}")
+        return True
+    return False
+
+
 def _fresh_dir(path: Path) -> None:
     if path.exists():
         shutil.rmtree(path)
@@ -235,8 +243,7 @@ def install_cuda12(log: Log) -> Toolchain:
         cuobjdump=usr / "bin/cuobjdump",
         cmake_args=(f"-DCUDAToolkit_ROOT={usr}",),
     )
-    if (dest / ".complete").exists():
-        log(f"cuda12: reusing {dest}")
+    if _reusable(tc.major, dest, log):
         return tc
     debs = fetch_debs(lock, cache_root() / "downloads" / "debian-trixie", log)
     _fresh_dir(dest)
@@ -284,8 +291,7 @@ def install_cuda13(log: Log, python: str = sys.executable) -> Toolchain:
         cuobjdump=cu13 / "bin/cuobjdump",
         cmake_args=(f"-DCUDAToolkit_ROOT={cu13}",),
     )
-    if (dest / ".complete").exists():
-        log(f"cuda13: reusing {dest}")
+    if _reusable(tc.major, dest, log):
         return tc
     _fresh_dir(dest)
     log("cuda13: pip install of the pinned CUDA 13.0.2 wheels (about 105 MB)")
@@ -373,8 +379,7 @@ def install_sysroot(log: Log, arch: str = "x86_64") -> Path:
     lock_file = toolchains_dir() / SYSROOT_LOCKS[arch]
     tail = "" if arch == "x86_64" else f"-{ARCHES[arch][0]}"
     dest = cache_root() / "toolchains" / f"sysroot-bullseye{tail}-{_digest(lock_file)}"
-    if (dest / ".complete").exists():
-        log(f"sysroot: reusing {dest}")
+    if _reusable("sysroot", dest, log):
         return dest
     lock = read_deb_lock(lock_file)
     debs = fetch_debs(lock, _downloads(lock), log)
@@ -416,8 +421,7 @@ def install_cross_compiler(log: Log) -> Path:
     lock_file = toolchains_dir() / "cross-aarch64.txt"
     dest = cache_root() / "toolchains" / f"cross-aarch64-gcc12-{_digest(lock_file)}"
     prefix = dest / "usr" / "bin" / f"{CROSS_TRIPLET}-"
-    if (dest / ".complete").exists():
-        log(f"cross: reusing {dest}")
+    if _reusable("cross", dest, log):
         return prefix
     lock = read_deb_lock(lock_file)
     debs = fetch_debs(lock, _downloads(lock), log)
@@ -579,8 +583,7 @@ def install_cross(major: str, log: Log = print, arch: str = "aarch64") -> Toolch
         ),
         arch=arch,
     )
-    if (dest / ".complete").exists():
-        log(f"{major}/aarch64: reusing {dest}")
+    if _reusable(f"{major}/aarch64", dest, log):
         return tc
     _fresh_dir(dest)
     lib = dest / CROSS_TARGET_DIR / "lib"
@@ -651,8 +654,7 @@ def install_emulation_root(log: Log) -> Path:
     """
     lock_file = toolchains_dir() / "python-bookworm-arm64.txt"
     dest = cache_root() / "toolchains" / f"python-bookworm-arm64-{_digest(lock_file)}"
-    if (dest / ".complete").exists():
-        log(f"emulation root: reusing {dest}")
+    if _reusable("emulation root", dest, log):
         return dest
     lock = read_deb_lock(lock_file)
     debs = fetch_debs(lock, _downloads(lock), log)

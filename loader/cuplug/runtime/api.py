@@ -781,15 +781,21 @@ class Tensor:
         return int(self._descriptor().data or 0)
 
     # ---- host copies
-    def _upload_arg(self, src: _Arg) -> None:
-        if src.dtype is not self.dtype or signature.numel(src.shape) != self.n:
+    def _host_copy(self, arg: _Arg, step: str, name: str) -> None:
+        """Copies between this tensor and a host array of the same dtype and element count (``step``:
+        upload or download, the C entry point and the message's first word)."""
+        if arg.dtype is not self.dtype or signature.numel(arg.shape) != self.n:
             raise InvalidInputError(
-                f"upload: source is {src.dtype.name}{list(src.shape)} ({signature.numel(src.shape)} elements), "
-                f"tensor is {self.dtype.name}{list(self.shape)}"
+                f"{step}: {name} has {signature.numel(arg.shape)} elements of {arg.dtype.name}{list(arg.shape)}, "
+                f"tensor has {self.n} of {self.dtype.name}{list(self.shape)}"
             )
         core = self._core
         with core.lock:
-            self.backend._check(core.lib.upload(self._handle(), self.id, src.ct.data, self.nbytes), "upload")
+            copy = core.lib.upload if step == "upload" else core.lib.download
+            self.backend._check(copy(self._handle(), self.id, arg.ct.data, self.nbytes), step)
+
+    def _upload_arg(self, src: _Arg) -> None:
+        self._host_copy(src, "upload", "source")
 
     def upload(self, x: Any) -> None:
         """Copies a host array of the same dtype and element count into this tensor."""
@@ -804,14 +810,7 @@ class Tensor:
         dst = self.backend._arg(result, "out", True, None)
         if not dst.host:
             raise InvalidInputError("to_host: out must be a host array")
-        if dst.dtype is not self.dtype or signature.numel(dst.shape) != self.n:
-            raise InvalidInputError(
-                f"download: out has {signature.numel(dst.shape)} elements of {dst.dtype.name}, "
-                f"tensor has {self.n} of {self.dtype.name}"
-            )
-        core = self._core
-        with core.lock:
-            self.backend._check(core.lib.download(self._handle(), self.id, dst.ct.data, self.nbytes), "download")
+        self._host_copy(dst, "download", "out")
         return result
 
     def free(self) -> None:

@@ -25,7 +25,6 @@ load_cpu <= 20 ms over the bare interpreter.
 
 from __future__ import annotations
 
-import ctypes.util
 import json
 import os
 import platform
@@ -69,20 +68,20 @@ print(json.dumps({"import": ms(t0, t1), "probe": ms(t1, t2), "discover": ms(t2, 
 
 
 def _env(driver_dir: str | None) -> dict[str, str]:
+    """The environment with no cuplug knob; LD_LIBRARY_PATH the fake driver's directory when given (else as
+    it is: the system's driver may be found through it, as on the H200 machine)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CUPLUG_", "FAKE_CUDA_"))}
-    if driver_dir is None:
-        env.pop("LD_LIBRARY_PATH", None)
-    else:
+    if driver_dir is not None:
         env["LD_LIBRARY_PATH"] = driver_dir
     return env
 
 
-def _no_driver_env(tmp: str) -> dict[str, str]:
-    """No libcuda.so.1 anywhere: an empty LD_LIBRARY_PATH and a driver-free ld cache cannot be had without
-    root, so the kill of the search is an empty directory first and CUDA_VISIBLE_DEVICES empty as well;
-    when the system has a real driver, load_cpu is measured with CUPLUG_DISABLE_CUDA=1 instead."""
+def _cpu_env(tmp: str, real_driver: bool) -> dict[str, str]:
+    """load() to the CPU: no libcuda.so.1 on LD_LIBRARY_PATH (an empty directory) and none in the system
+    (no-driver); on a GPU machine, the kill switch CUPLUG_DISABLE_CUDA=1 instead (disabled)."""
     env = _env(tmp)
-    if ctypes.util.find_library("cuda"):
+    if real_driver:
+        env = _env(None)
         env["CUPLUG_DISABLE_CUDA"] = "1"
     return env
 
@@ -100,15 +99,15 @@ def _wall(code: str, env: dict[str, str]) -> tuple[float, float]:
 
 
 def main(out: str, fake_dir: str | None) -> None:
-    real_driver = fake_dir is None and bool(ctypes.util.find_library("cuda"))
+    real_driver = fake_dir is None  # without the fake driver this runs where the real one is
     with tempfile.TemporaryDirectory() as empty:
         envs = {
             "bare": _env(fake_dir),
             "import": _env(fake_dir),
             "explain": _env(fake_dir),
-            "load_cpu": _no_driver_env(empty),
+            "load_cpu": _cpu_env(empty, real_driver),
             "load_fake": _env(fake_dir),
-            "cuinit": _env(None),
+            "cuinit": _env(None),  # the real driver only
         }
         cases = [c for c in CASES if c != "cuinit" or real_driver]
         if fake_dir is None:

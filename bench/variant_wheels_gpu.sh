@@ -10,6 +10,9 @@
 # Everything it prints also lands in $OUT (variant-gpu.log, doctor-*.json). Exit 0 only when, for
 # both CUDA majors, uv installed the EXPECT variant wheel and `cuplug probe` ran it on the GPU.
 set -o pipefail
+# The uv venvs must see their own packages only: a PYTHONPATH left by a caller (a --target install of the
+# plain wheels) would put those first and the probe would run them, not uv's choice.
+unset PYTHONPATH PYTHONHOME
 REPO=$(pwd)
 OUT=${OUT:-/tmp/variant-out}
 EXPECT=${EXPECT:-sm90}
@@ -48,6 +51,16 @@ EOF
   echo "installed: cuplug_$extra variant $label (expected $EXPECT)"
   [ "$label" = "$EXPECT" ] || status=1
   (cd "$WORK" && "$venv/bin/cuplug" doctor --json > "$OUT/doctor-$extra.json"; "$venv/bin/cuplug" doctor)
+  # doctor must have read the venv's packages (uv's choice), and say which variant it is
+  "$venv/bin/python" - "$OUT/doctor-$extra.json" "$venv" "$extra" "$label" <<'EOF' || status=1
+import json, sys
+doc, venv, extra, label = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3], sys.argv[4]
+pkg = [p for p in doc["packages"] if p["cuda"] == extra]
+rows = [r for r in doc["variants"] if r["distribution"] == f"cuplug_{extra}"]
+ok = pkg and pkg[0]["path"].startswith(venv) and rows and rows[0]["label"] == label
+print(f"doctor read {pkg[0]['path'] if pkg else None}; variant row {rows[0]['label'] if rows else None} {rows[0]['code'] if rows else ''}")
+sys.exit(0 if ok else 1)
+EOF
   (cd "$WORK" && "$venv/bin/python" -c "
 import cuplug.tools.variant_check as v
 from cuplug.runtime.driver import probe

@@ -62,7 +62,8 @@ def test_startup_report_and_temperature():
     with cuplug.load() as b:
         assert threading.active_count() == threads  # the loader's driver thread has ended
         first = b._info  # load()'s own ping: NVML left alone, out of the cold start
-        assert first["device"]["temperature_c"] is None and first["startup_us"]["nvml"] == 0, first
+        # no NVML query on it: the step's clock reads 0 or 1 us (NVML's initialisation alone takes ~15 ms)
+        assert first["device"]["temperature_c"] is None and first["startup_us"]["nvml"] < 1000, first
         info = b.info()
         steps = info["startup_us"]
         assert set(steps) >= {"runtime_init", "context", "create_rest", "smoke_launch", "device_facts", "nvml"}

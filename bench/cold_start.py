@@ -6,7 +6,7 @@
 The steps run in the loader's own order, through the real ``cuplug.load()``: each loader step is
 timed by wrapping the function that does it (found by name in whichever cuplug module defines it,
 so the script survives modules moving), and the backend reports its own C-side steps in the ping
-JSON (``startup_us``, CUDA backends built from 2026-12-04 on). ``CUPLUG_BACKEND`` picks the
+JSON (``startup_us``, CUDA backends built from 2026-12-03 on). ``CUPLUG_BACKEND`` picks the
 variant as usual.
 
   interpreter     the parent's spawn to this script's first line (CLOCK_MONOTONIC is system-wide):
@@ -16,7 +16,7 @@ variant as usual.
                   the driver's own start timed apart; the loader's probe then finds it done
   discover        the installed backend packages: entry points, RECORDs, manifests
   probe           cuInit and the driver facts (cuDriverGetVersion, devices, capability, ...); from
-                  2026-12-04 on a thread of the loader's own, beside discover (see "spans")
+                  2026-12-03 on a thread of the loader's own, beside discover (see "spans")
   verify          the chosen file: sealed copy, size, sha256, ELF header
   dlopen          dlopen of the backend + ABI symbols (the static CUDA runtime's constructors run
                   here: its registration of every cubin of the fatbin)
@@ -25,7 +25,7 @@ variant as usual.
   c_create_rest   create(): attributes, the instance stream, driver entry points
   c_smoke_launch  first ping(): module load of the smoke kernel, launch, sync
   c_device_facts  first ping(): versions, memory, name
-  c_nvml          first ping(): NVML's temperature (0: from 2026-12-04 the first ping leaves it to
+  c_nvml          first ping(): NVML's temperature (0: from 2026-12-03 the first ping leaves it to
                   later pings); c_nvml_init: how long NVML's initialisation took, where it ran
   load_other      the rest of load(): policy, select, the ping's JSON, parsing it, the Backend
   first_op        run("add") of two 2^20-element host arrays, checked (first-use costs included:

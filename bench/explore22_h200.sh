@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 22, first GPU call (2026-12-04): the perf branch's build against main's (8be360f), side by side,
+# Issue 22, first GPU call (2026-12-03): the perf branch's build against main's (8be360f), side by side,
 # to find where the time goes and to pick the host path's defaults. Run from the repository root of the
 # checkout that `run` sends, with .perfcarry/ carried:
 #   .perfcarry/new/*.whl   cuplug, cuplug-cuda12, cuplug-cuda13 built from perf (python3 ci/nox.py -s wheels)

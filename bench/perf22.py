@@ -325,7 +325,7 @@ def sum_bench(args: argparse.Namespace) -> None:
             "cuplug_out": lambda: b.run("sum", x, out=s),
             "cuplug": lambda: b.run("sum", x),
             # A resident input and output on the caller's stream (without stream= it would run on the instance
-            # stream, which the events on PyTorch's stream do not see: 2026-12-04's first two runs timed that).
+            # stream, which the events on PyTorch's stream do not see: 2026-12-03's first two runs timed that).
             "cuplug_resident_out": lambda: b.run("sum", bx, out=bs, stream=cur),
             "cuplug_direct": _direct_call(b, "sum", [x], [s], c_stream),
         }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 22, second GPU call (2026-12-04): the perf branch's defaults after the first call's study, once
+# Issue 22, second GPU call (2026-12-03): the perf branch's defaults after the first call's study, once
 # through the final benchmark (bench/perf22.py all, one run) with main's build and a --no-compile install
 # beside it, the host path's thread/chunk choice again, and the GPU tests of what changed. Carried:
 #   .perfcarry/new/*.whl  perf's three wheels   .perfcarry/old/*.whl  main 8be360f's three wheels

@@ -77,6 +77,40 @@ def lint(session: nox.Session) -> None:
     session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", "ci/github/workflows/build.yml")
 
 
+MUTANT_DEPS = ["cosmic-ray==8.7.0"]
+
+
+@nox.session(default=False)
+def mutants(session: nox.Session) -> None:
+    """Mutation testing (cosmic-ray, ci/mutants.py) of the runtime, the tools and the gate, into
+    bench/results/mutants-<date>/. `-- MODULE ...` (e.g. runtime/select.py) or `-- --changed BASE`
+    limits it; `-- --slots 1` runs one module at a time (default 2: one venv per CPU, each mutated in place)."""
+    args, slots = list(session.posargs), 2
+    if "--slots" in args:
+        i = args.index("--slots")
+        slots = int(args[i + 1])
+        del args[i : i + 2]
+    session.install(*BUILD_TOOLS, *TEST_DEPS, *MUTANT_DEPS)
+    wheels_dir = _all_wheels(session, ROOT / "build" / "wheels")
+    cuplug_wheel = str(next(wheels_dir.glob("cuplug-*.whl")))
+    reinstall = ["--no-index", "--force-reinstall", "--no-deps", "--find-links", str(DEPS), cuplug_wheel]
+    session.install(*reinstall)  # also puts back any file an interrupted earlier run left mutated
+    pyver = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    sites = [Path(session.virtualenv.location) / "lib" / pyver / "site-packages"]
+    for n in range(2, slots + 1):  # more slots: venvs of their own (cosmic-ray mutates the installed file)
+        venv = ROOT / "build" / "mutants" / f"slot{n}"
+        py = venv / "bin" / "python"
+        if not py.exists():
+            session.run(sys.executable, "-m", "venv", str(venv), external=True)
+            session.run(str(py), "-m", "pip", "install", "-q", *TEST_DEPS, *MUTANT_DEPS, external=True)
+        session.run(str(py), "-m", "pip", "install", "-q", *reinstall, external=True)
+        sites.append(venv / "lib" / pyver / "site-packages")
+    session.env.update(CUPLUG_TEST_WHEELS=str(wheels_dir), CUPLUG_TEST_DEPS=str(DEPS))
+    out = ROOT / "bench" / "results" / f"mutants-{datetime.date.today()}"
+    slot_args = [a for site in sites for a in ("--slot", str(site))]
+    session.run("python", str(ROOT / "ci" / "mutants.py"), *slot_args, "--out", str(out), *args)
+
+
 @nox.session
 def docs(session: nox.Session) -> None:
     """The docs site into build/docs: Sphinx + MyST, offline, warnings are errors. The reference pages

@@ -160,7 +160,9 @@ def _wheel(path: Path) -> list[Finding]:
                     continue
                 member = f"{base}/{art.file}"
                 if member not in by_name:
-                    findings.append(_broken(f"{path.name}!{member}", "listed in the manifest, missing from the wheel"))
+                    findings.append(
+                        _broken(f"{path.name}!{member}", "listed in the manifest, missing from the wheel", art.variant)
+                    )
                     continue
                 got = _member(zf, by_name[member])
                 where_member = f"{path.name}!{member}"

@@ -1,0 +1,278 @@
+"""Mutation testing of the runtime, the operator's tools and the shipping gate with cosmic-ray (issue 23).
+
+    python ci/mutants.py --slot SITE_PACKAGES [--slot ...] --out DIR [MODULE ...] [--changed BASE]
+                         [--work DIR]
+
+Run by ``nox -s mutants`` (which makes the slots: venvs with cuplug installed from its wheel). Each
+module is mutated *in place in a slot's installed copy* (cosmic-ray's way), so every test that starts
+``python -c 'import cuplug'`` or ``python -m cuplug`` sees the mutant, and cuplug's trust rule
+(its dist-info beside the package) holds: the measurement that chose cosmic-ray over mutmut is in
+``bench/results/mutants-tool-choice-2026-12-03.md``. Slots run modules in parallel, one each.
+
+Per module: ``cosmic-ray init`` -> ``cr-filter-operators`` (``|`` in annotations: never evaluated,
+``from __future__ import annotations``) -> ``cosmic-ray exec`` with the module's own tests (MODULES)
+-> killed / survived / incompetent / timeout from the session database. The survivors are listed with
+their diff; ``ci/mutants_equivalent.json`` holds the argument for each one judged equivalent (a
+mutant that cannot change behaviour). Written: ``DIR/mutants.json`` and ``DIR/mutants.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = 0.90  # killed / (killed + survived) per module
+EQUIVALENT = ROOT / "ci" / "mutants_equivalent.json"
+
+# module (under cuplug/) -> the tests that state its behaviour, fastest first (pytest -x stops at the first
+# failure, so a killed mutant costs little; a survivor runs all of them).
+MODULES: dict[str, list[str]] = {
+    "runtime/select.py": ["tests/test_select.py", "tests/test_third_major.py", "tests/test_hostile_config.py"],
+    "runtime/policy.py": ["tests/test_policy.py", "tests/test_hostile_config.py"],
+    "runtime/driver.py": ["tests/test_driver_probe.py", "tests/test_hostile_driver.py", "tests/test_driver_and_cli.py"],
+    "runtime/verify.py": ["tests/test_verify.py", "tests/test_reliability.py", "tests/test_hostile_toctou.py"],
+    "runtime/loading.py": [
+        "tests/test_reliability.py",
+        "tests/test_hostile_config.py",
+        "tests/test_hostile_failures.py",
+    ],
+    "runtime/library.py": ["tests/test_library.py", "tests/test_reliability.py", "tests/test_hostile_failures.py"],
+    "runtime/api.py": ["tests/test_api.py", "tests/test_api_v2.py", "tests/test_hostile_fork.py"],
+    "tools/cli.py": ["tests/test_driver_and_cli.py", "tests/test_operator_tools.py", "tests/test_hostile_config.py"],
+    "tools/inspection.py": [
+        "tests/test_inspection.py",
+        "tests/test_operator_tools.py",
+        "tests/test_hostile_failures.py",
+    ],
+    "contract/fatbin.py": ["tests/test_fatbin.py", "tests/test_operator_tools.py"],
+    "build/gate.py": ["tests/test_gate.py", "tests/test_build_matrix.py", "tests/test_wheels.py"],
+}
+TIMEOUT_S = 120  # one mutant's whole test command; a hang counts as detected (timeout)
+
+
+def _test_command(tests: list[str]) -> str:
+    existing = [str(ROOT / t) for t in tests if (ROOT / t).is_file()]
+    return (
+        f"{sys.executable} -m pytest -x -q -p no:cacheprovider -p no:randomly --rootdir={ROOT} "
+        f"-c {ROOT / 'pyproject.toml'} -m 'not gpu and not aarch64_emulated' " + " ".join(existing)
+    )
+
+
+def _config(module: str, python: str) -> str:
+    command = _test_command(MODULES[module]).replace(sys.executable, python, 1)
+    return f"""[cosmic-ray]
+module-path = "cuplug/{module}"
+timeout = {TIMEOUT_S}
+excluded-modules = []
+test-command = "{command}"
+
+[cosmic-ray.distributor]
+name = "local"
+
+# `|` appears only in annotations here (from __future__ import annotations): never evaluated
+[cosmic-ray.filters.operators-filter]
+exclude-operators = ["core/ReplaceBinaryOperator_BitOr_.*"]
+"""
+
+
+def _slug(module: str) -> str:
+    return module.replace("/", "-").removesuffix(".py")
+
+
+def _bin(site: Path) -> Path:
+    """<venv>/lib/pythonX.Y/site-packages -> <venv>/bin."""
+    return site.parents[2] / "bin"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def run_module(module: str, site: Path, work: Path, log: list[str]) -> dict[str, object]:
+    """One module in one slot: init, filter, exec; returns its counts and survivors."""
+    bin_dir = _bin(site)
+    python = str(bin_dir / "python")
+    work.mkdir(parents=True, exist_ok=True)
+    cfg, db = work / f"{_slug(module)}.toml", work / f"{_slug(module)}.sqlite"
+    cfg.write_text(_config(module, python))
+    db.unlink(missing_ok=True)
+    target = site / "cuplug" / module
+    before = _digest(target)
+    tmp = work / f"tmp-{site.parents[2].name}"
+    tmp.mkdir(exist_ok=True)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "TMPDIR": str(tmp),  # pytest's basetemp, per slot
+        "PYTHONDONTWRITEBYTECODE": "1",  # a mutant's bytecode must never be cached next to the real file
+    }
+    t0 = time.monotonic()
+    for step in (["cosmic-ray", "init", str(cfg), str(db)], ["cr-filter-operators", str(db), str(cfg)]):
+        subprocess.run([str(bin_dir / step[0]), *step[1:]], cwd=site, env=env, check=True, capture_output=True)
+    subprocess.run([str(bin_dir / "cosmic-ray"), "exec", str(cfg), str(db)], cwd=site, env=env, check=True)
+    if _digest(target) != before:  # cosmic-ray restores each file; a killed run could leave a mutant behind
+        raise RuntimeError(f"{target} was left mutated: reinstall cuplug into {site.parents[2]}")
+    result = summarize(module, db)
+    result["seconds"] = round(time.monotonic() - t0, 1)
+    log.append(f"{module}: {result['killed']} killed, {result['survived']} survived in {result['seconds']} s")
+    print(log[-1], flush=True)
+    return result
+
+
+def summarize(module: str, db: Path) -> dict[str, object]:
+    con = sqlite3.connect(db)
+    rows = con.execute(
+        "select s.operator_name, s.occurrence, s.start_pos_row, s.start_pos_col, r.worker_outcome, r.test_outcome, "
+        "r.diff from mutation_specs s join work_results r on r.job_id = s.job_id"
+    ).fetchall()
+    counts = {"killed": 0, "survived": 0, "incompetent": 0, "timeout": 0, "skipped": 0}
+    survivors = []
+    for op, occ, row, col, worker, test, diff in rows:
+        if worker == "SKIPPED":
+            counts["skipped"] += 1
+        elif worker == "ABNORMAL":
+            counts["timeout"] += 1
+        elif test == "INCOMPETENT":
+            counts["incompetent"] += 1
+        elif test == "KILLED":
+            counts["killed"] += 1
+        else:
+            counts["survived"] += 1
+            survivors.append({"line": row, "col": col, "operator": op, "occurrence": occ, "diff": _short(diff)})
+    detected = counts["killed"] + counts["timeout"] + counts["incompetent"]
+    total = detected + counts["survived"]
+    return {
+        "module": module,
+        **counts,
+        "score": round(detected / total, 4) if total else None,
+        "survivors": sorted(survivors, key=lambda s: (s["line"], s["col"], s["operator"])),
+    }
+
+
+def _short(diff: str | None) -> str:
+    lines = [
+        ln
+        for ln in (diff or "").splitlines()
+        if ln[:1] in "+-" and not ln.startswith(("+++", "---")) and ln[1:].strip()
+    ]
+    return "\n".join(lines[:4])
+
+
+def _key(module: str, s: dict[str, object]) -> str:
+    return f"{module}:{s['line']}:{s['operator']}:{s['occurrence']}"
+
+
+def report(results: list[dict[str, object]], out: Path, meta: dict[str, object]) -> None:
+    equivalent: dict[str, str] = json.loads(EQUIVALENT.read_text()) if EQUIVALENT.is_file() else {}
+    for r in results:
+        for s in r["survivors"]:  # type: ignore[union-attr]
+            s["equivalent"] = equivalent.get(_key(str(r["module"]), s))
+        argued = sum(1 for s in r["survivors"] if s["equivalent"])  # type: ignore[union-attr]
+        denominator = int(r["killed"]) + int(r["timeout"]) + int(r["incompetent"]) + int(r["survived"])  # type: ignore[call-overload]
+        r["score_counting_equivalent"] = (
+            round((denominator - int(r["survived"]) + argued) / denominator, 4) if denominator else None
+        )  # type: ignore[call-overload]
+    doc = {**meta, "target": TARGET, "modules": results}
+    (out / "mutants.json").write_text(json.dumps(doc, indent=2) + "\n")
+    lines = [
+        f"# Mutation testing ({meta['date']})",
+        "",
+        f"`{meta['command']}` on {meta['machine']}; cosmic-ray {meta['cosmic_ray']}, the installed wheel mutated in",
+        "place, each module against its own tests (`ci/mutants.py`, MODULES). Score = detected / (detected +",
+        "survived), detected = killed + timeout + incompetent; `|` in annotations filtered (never evaluated).",
+        "",
+        "| module | mutants | killed | timeout | incompetent | survived | score | with equivalents | target |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        n = sum(int(r[k]) for k in ("killed", "timeout", "incompetent", "survived"))  # type: ignore[call-overload]
+        met = "met" if (r["score_counting_equivalent"] or 0) >= TARGET else "**missed**"
+        lines.append(
+            f"| `{r['module']}` | {n} | {r['killed']} | {r['timeout']} | {r['incompetent']} | {r['survived']} | "
+            f"{_pct(r['score'])} | {_pct(r['score_counting_equivalent'])} | {met} |"
+        )
+    for r in results:
+        if not r["survivors"]:
+            continue
+        lines += ["", f"## `{r['module']}`: survivors", ""]
+        for s in r["survivors"]:  # type: ignore[union-attr]
+            why = f" — equivalent: {s['equivalent']}" if s["equivalent"] else ""
+            diff = "; ".join(d.strip() for d in str(s["diff"]).splitlines())
+            lines.append(f"- line {s['line']} `{s['operator']}` #{s['occurrence']}: `{diff}`{why}")
+    (out / "mutants.md").write_text("\n".join(lines) + "\n")
+
+
+def _pct(v: object) -> str:
+    return "-" if v is None else f"{float(v) * 100:.1f} %"  # type: ignore[arg-type]
+
+
+def changed_modules(base: str) -> list[str]:
+    names = subprocess.run(
+        ["git", "diff", "--name-only", base, "--", "loader/cuplug"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return [m for m in MODULES if f"loader/cuplug/{m}" in names]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("modules", nargs="*", help=f"modules under cuplug/ (default: all {len(MODULES)})")
+    p.add_argument("--slot", action="append", required=True, type=Path, help="a venv's site-packages with cuplug")
+    p.add_argument("--out", required=True, type=Path, help="where mutants.json and mutants.md go")
+    p.add_argument("--changed", metavar="BASE", help="only the modules whose source differs from git BASE")
+    p.add_argument("--work", type=Path, default=ROOT / "build" / "mutants", help="cosmic-ray's configs and databases")
+    args = p.parse_args(argv)
+    modules = args.modules or (changed_modules(args.changed) if args.changed else list(MODULES))
+    unknown = sorted(set(modules) - set(MODULES))
+    if unknown:
+        p.error(f"unknown module(s) {unknown}; choose from {sorted(MODULES)}")
+    if not modules:
+        print("mutants: no module of the list changed; nothing to do")
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    log: list[str] = []
+    free = list(args.slot)
+    results: dict[str, dict[str, object]] = {}
+
+    def job(module: str) -> None:
+        site = free.pop()
+        try:
+            results[module] = run_module(module, site, args.work, log)
+        finally:
+            free.append(site)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(args.slot)) as pool:
+        for f in [pool.submit(job, m) for m in modules]:
+            f.result()
+    from importlib.metadata import version
+
+    meta = {
+        "date": str(datetime.date.today()),
+        "command": "python3 ci/nox.py -s mutants" + (f" -- {' '.join(modules)}" if args.modules else ""),
+        "machine": f"{os.uname().nodename}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}",
+        "cosmic_ray": version("cosmic-ray"),
+        "slots": len(args.slot),
+    }
+    report([results[m] for m in modules], args.out, meta)
+    missed = [m for m in modules if (results[m].get("score") or 0) < TARGET]
+    print(f"mutants: {len(modules) - len(missed)}/{len(modules)} modules at >= {TARGET:.0%} before equivalents")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""The driver probe (runtime.driver), in process, against the fake libcuda.so.1 loaded by absolute path.
+
+Every fact the driver gives is reported as given; a fact it fails to give is None with the failing
+call in the reason, never a 0 that reads as a fact; a driver that lies about counts or versions is
+refused, not believed. (tests/test_hostile_driver.py runs the same driver through `python -c`.)
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cuplug.contract import reasons
+from cuplug.runtime import driver
+
+
+@pytest.fixture
+def fake(fake_driver_dir, monkeypatch):
+    """driver.probe() opens the fake driver; its knobs are read at each call, from this environment."""
+    for name in list(__import__("os").environ):
+        if name.startswith("FAKE_CUDA_") or name == "CUDA_VISIBLE_DEVICES":
+            monkeypatch.delenv(name)
+    monkeypatch.setattr(driver, "LIBCUDA", str(fake_driver_dir / "libcuda.so.1"))
+    return monkeypatch
+
+
+def test_a_good_driver_gives_every_fact(fake):
+    fake.setenv("FAKE_CUDA_DEVICES", "9.0,7.5")
+    r = driver.probe()
+    assert (r.code, r.driver_found, r.driver_version, r.driver_version_str) == ("ok", True, 13000, "13.0")
+    assert r.driver_path and r.driver_path.endswith("libcuda.so.1")
+    assert [d.index for d in r.devices] == [0, 1] and [d.capability for d in r.devices] == [(9, 0), (7, 5)]
+    d = r.devices[0]
+    assert d.name and d.memory_bytes and d.memory_bytes > 0 and d.problem is None and d.capability_str == "9.0"
+    assert (
+        d.uuid is not None and d.uuid.startswith("GPU-") and [len(p) for p in d.uuid[4:].split("-")] == [8, 4, 4, 4, 12]
+    )
+    assert r.reason == "2 device(s)" and r.visible_devices is None
+
+
+def test_visible_devices_are_reported_not_reapplied(fake):
+    fake.setenv("FAKE_CUDA_DEVICES", "9.0,7.5,8.6")
+    fake.setenv("CUDA_VISIBLE_DEVICES", "2,0")
+    r = driver.probe()
+    assert r.visible_devices == "2,0" and [d.capability for d in r.devices] == [(8, 6), (9, 0)]
+
+
+@pytest.mark.parametrize(("version", "shown"), [("12040", "12.4"), ("13000", "13.0"), ("11080", "11.8")])
+def test_the_driver_version_as_cuda_names_it(fake, version, shown):
+    fake.setenv("FAKE_CUDA_DRIVER_VERSION", version)
+    assert driver.probe().driver_version_str == shown
+
+
+@pytest.mark.parametrize("version", ["999", "0", "-5", "1000000"])
+def test_an_impossible_driver_version_is_unknown(fake, version):
+    fake.setenv("FAKE_CUDA_DRIVER_VERSION", version)
+    r = driver.probe()
+    assert r.code == reasons.DRIVER_INIT_FAILED and r.driver_version is None and "no CUDA version" in r.reason
+
+
+def test_the_lowest_and_highest_believable_versions(fake):
+    for version in ("1000", "999999"):
+        fake.setenv("FAKE_CUDA_DRIVER_VERSION", version)
+        assert driver.probe().driver_version == int(version)
+
+
+def test_a_failing_version_call_is_unknown_with_its_error(fake):
+    fake.setenv("FAKE_CUDA_VERSION_ERROR", "999")
+    r = driver.probe()
+    assert r.code == reasons.DRIVER_INIT_FAILED and r.driver_version is None
+    assert "cuDriverGetVersion failed" in r.reason and "(999)" in r.reason
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "words"),
+    [
+        ("100", "no-device", "no CUDA device visible"),
+        ("34", "driver-init-failed", "(34)"),
+        ("3", "driver-init-failed", "(3)"),
+    ],
+)
+def test_cuinit_failures(fake, error, code, words):
+    fake.setenv("FAKE_CUDA_INIT_ERROR", error)
+    r = driver.probe()
+    assert r.code == code and words in r.reason and r.devices == () and r.driver_version == 13000
+
+
+def test_the_error_name_comes_from_the_driver(fake):
+    fake.setenv("FAKE_CUDA_INIT_ERROR", "34")
+    fake.setenv("FAKE_CUDA_ERROR_NAME", "CUDA_ERROR_STUB_LIBRARY")
+    assert "CUDA_ERROR_STUB_LIBRARY (34)" in driver.probe().reason
+
+
+def test_zero_devices(fake):
+    fake.setenv("FAKE_CUDA_COUNT", "0")
+    r = driver.probe()
+    assert r.code == reasons.NO_DEVICE and "0 devices" in r.reason
+    fake.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert "(CUDA_VISIBLE_DEVICES='0')" in driver.probe().reason
+
+
+@pytest.mark.parametrize("count", ["65", "2147483647", "-1"])
+def test_an_unbelievable_device_count_is_refused(fake, count):
+    fake.setenv("FAKE_CUDA_COUNT", count)
+    r = driver.probe()
+    assert r.code == reasons.DRIVER_INIT_FAILED and r.devices == () and "not believable" in r.reason
+
+
+def test_64_devices_are_believed(fake):
+    fake.setenv("FAKE_CUDA_COUNT", "64")
+    fake.setenv("FAKE_CUDA_DEVICES", ",".join(["8.0"] * 64))
+    assert len(driver.probe().devices) == 64
+
+
+def test_one_unreadable_capability_leaves_that_device_unknown(fake):
+    fake.setenv("FAKE_CUDA_DEVICES", "9.0,8.6")
+    fake.setenv("FAKE_CUDA_ATTR_FAIL", "76")
+    fake.setenv("FAKE_CUDA_ATTR_FAIL_DEVICE", "1")
+    r = driver.probe()
+    assert r.code == "ok" and r.devices[0].capability == (9, 0)
+    assert r.devices[1].capability is None and "COMPUTE_CAPABILITY_MINOR" in (r.devices[1].problem or "")
+    assert r.reason == "2 device(s), 1 with unknown capability"
+
+
+@pytest.mark.parametrize("attribute", ["75", "76"])
+def test_no_readable_capability_is_a_failed_init(fake, attribute):
+    fake.setenv("FAKE_CUDA_ATTR_FAIL", attribute)
+    r = driver.probe()
+    assert r.code == reasons.DRIVER_INIT_FAILED and "no device's capability could be read" in r.reason
+    assert r.devices[0].capability is None
+
+
+def test_a_device_that_cannot_be_got_has_no_facts(fake):
+    fake.setenv("FAKE_CUDA_DEVICE_GET_ERROR", "101")
+    r = driver.probe()
+    d = r.devices[0]
+    assert (d.name, d.capability, d.memory_bytes, d.uuid) == (None, None, None, None) and "cuDeviceGet(0) failed" in (
+        d.problem or ""
+    )
+
+
+@pytest.mark.parametrize(
+    ("cc", "ok"), [("10.0", True), ("12.1", True), ("0.5", False), ("100.0", False), ("9.10", False)]
+)
+def test_capabilities_no_gpu_has_are_refused(fake, cc, ok):
+    fake.setenv("FAKE_CUDA_DEVICES", cc)
+    d = driver.probe().devices[0]
+    assert (d.capability is not None) == ok
+    if not ok:
+        assert "which no GPU has" in (d.problem or "")
+
+
+def test_names_are_decoded_whatever_their_bytes(fake):
+    fake.setenv("FAKE_CUDA_NAME", "H\u00e9200\nx")
+    assert driver.probe().devices[0].name == "H\u00e9200\nx"
+
+
+def test_no_driver_library(fake):
+    fake.setattr(driver, "LIBCUDA", "/nonexistent/libcuda.so.1")
+    r = driver.probe()
+    assert (r.code, r.driver_found, r.driver_path, r.devices) == (reasons.NO_DRIVER, False, None, ())
+    assert r.reason.startswith("/nonexistent/libcuda.so.1 not found")
+
+
+def test_json_round_trip(fake):
+    fake.setenv("FAKE_CUDA_DEVICES", "9.0,8.6")
+    r = driver.probe()
+    doc = r.to_json()
+    assert doc["devices"][1]["capability"] == "8.6" and doc["driver_version"] == 13000
+    assert driver.ProbeResult.from_json(doc) == r
+
+
+@pytest.mark.parametrize(("v", "text"), [(12040, "12.4"), (13000, "13.0"), (None, None), (0, None), (-1, None)])
+def test_version_str(v, text):
+    assert driver.version_str(v) == text

@@ -1,0 +1,219 @@
+"""The shipping gate (build.gate, its rules in build.rules), in process, on wheels made in the test.
+
+A wheel never holds the driver, the shared CUDA runtime or libnvidia-*; a library needs only the C
+and C++ runtimes and exports exactly the ABI; an RPATH never leaves the wheel; tags are py3-none and
+manylinux no newer than 2.17 for one CPU; a manifest matches its members byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from cuplug.build import gate, rules
+from cuplug.build.process import BuildError
+from cuplug.contract import manifest
+
+TAG = "py3-none-manylinux_2_17_x86_64"
+
+
+@pytest.mark.parametrize(
+    ("member", "bad"),
+    [
+        ("pkg/libcuda.so.1", True),
+        ("pkg/libcuda.so", True),
+        ("libcudart.so.12", True),
+        ("a/b/libnvidia-ml.so.1", True),
+        ("pkg/libcudart_static.a", False),
+        ("pkg/mylibcuda.so", False),
+        ("pkg/libcuplug_vector.so", False),
+        ("libcuda.so.1/README", False),
+    ],
+)
+def test_forbidden_libraries(member, bad):
+    assert gate.forbidden(member) is bad
+
+
+@pytest.mark.parametrize(
+    ("soname", "ok"),
+    [
+        ("libc.so.6", True),
+        ("libm.so.6", True),
+        ("libstdc++.so.6", True),
+        ("libgcc_s.so.1", True),
+        ("ld-linux-x86-64.so.2", True),
+        ("ld-linux-aarch64.so.1", True),
+        ("libcudart.so.12", False),
+        ("libcuda.so.1", False),
+        ("libfoo.so", False),
+        ("libc.so", False),
+    ],
+)
+def test_allowed_needed(soname, ok):
+    assert gate.needed_allowed(soname) is ok
+
+
+@pytest.mark.parametrize(
+    ("tag", "parsed"),
+    [
+        ("manylinux_2_17_x86_64", ((2, 17), "x86_64")),
+        ("manylinux_2_28_aarch64", ((2, 28), "aarch64")),
+        ("manylinux2014_x86_64", ((2, 17), "x86_64")),
+        ("manylinux2014_aarch64", ((2, 17), "aarch64")),
+        ("linux_x86_64", None),
+        ("manylinux_2_17_armv7l", None),
+        ("manylinux_x_17_x86_64", None),
+        ("manylinux2010_x86_64", None),
+        ("musllinux_1_2_x86_64", None),
+    ],
+)
+def test_platform_tags(tag, parsed):
+    assert gate.platform_tag(tag) == parsed
+
+
+@pytest.mark.parametrize(
+    ("member", "rpath", "inside"),
+    [
+        ("pkg/lib/a.so", "$ORIGIN", True),
+        ("pkg/lib/a.so", "$ORIGIN/.", True),
+        ("pkg/lib/a.so", "$ORIGIN/../x", True),
+        ("pkg/lib/a.so", "$ORIGIN/../..", True),
+        ("pkg/lib/a.so", "$ORIGIN/../../..", False),
+        ("a.so", "$ORIGIN/..", False),
+        ("pkg/a.so", "$ORIGIN/x/../../..", False),
+        ("pkg/a.so", "/usr/lib", False),
+        ("pkg/a.so", "lib", False),
+    ],
+)
+def test_rpath_inside(member, rpath, inside):
+    assert gate.rpath_inside(member, rpath) is inside
+
+
+def test_wheel_tags_with_and_without_a_variant_label():
+    assert gate.wheel_tags(f"a-1-{TAG}.whl") == ("py3", "none", ["manylinux_2_17_x86_64"])
+    assert gate.wheel_tags("a-1-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64-sm90.whl")[2] == [
+        "manylinux2014_x86_64",
+        "manylinux_2_17_x86_64",
+    ]
+
+
+def _wheel(tmp_path: Path, name: str, members: dict[str, bytes]) -> Path:
+    path = tmp_path / name
+    with zipfile.ZipFile(path, "w") as zf:
+        for member, data in members.items():
+            zf.writestr(member, data)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("tag", "words"),
+    [
+        ("cp311-cp311-manylinux_2_17_x86_64", "must be py3-none"),
+        ("py3-abi3-manylinux_2_17_x86_64", "must be py3-none"),
+        ("py3-none-linux_x86_64", "not a manylinux tag"),
+        ("py3-none-manylinux_2_28_x86_64", "newer than manylinux_2_17"),
+        ("py3-none-manylinux_2_17_x86_64.manylinux_2_17_aarch64", "several CPU architectures"),
+    ],
+)
+def test_tags_are_refused(tmp_path, tag, words):
+    problems = gate.check_wheel(_wheel(tmp_path, f"x-1-{tag}.whl", {"x/__init__.py": b""}))
+    assert any(words in p for p in problems), problems
+
+
+def test_a_clean_wheel_passes_and_every_planted_fault_is_named(tmp_path, cpu_lib_path):
+    lib = cpu_lib_path.read_bytes()
+    good = {"x/__init__.py": b"", "x/lib/libx.so": lib}
+    assert gate.check_wheel(_wheel(tmp_path, f"good-1-{TAG}.whl", good)) == []
+    assert (
+        gate.check_wheel(_wheel(tmp_path, "g2-1-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl", good)) == []
+    )
+    bad = {**good, "x/lib/libcudart.so.12": lib, "x/libnvidia-ml.so.1": lib, "x/broken.so": b"not an elf"}
+    problems = gate.check_wheel(_wheel(tmp_path, f"bad-1-{TAG}.whl", bad))
+    assert sum("never bundled" in p for p in problems) == 2 and any(
+        "broken.so: not a readable ELF" in p for p in problems
+    )
+    arm = gate.check_wheel(_wheel(tmp_path, "arm-1-py3-none-manylinux_2_17_aarch64.whl", good))
+    assert any("an x86_64 library in a wheel tagged for ['aarch64']" in p for p in arm), arm
+
+
+@pytest.fixture(scope="module")
+def rpath_libs(tmp_path_factory, cpu_lib_path):
+    out = tmp_path_factory.mktemp("rpath")
+    src = out / "x.c"
+    src.write_text("int x(void) { return 1; }\n")
+    libs = {}
+    for name, rpath in (("inside", "$ORIGIN/../lib"), ("escapes", "$ORIGIN/../../.."), ("absolute", "/opt/cuda/lib64")):
+        path = out / f"{name}.so"
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", str(path), str(src), f"-Wl,-rpath,{rpath}"], check=True)
+        libs[name] = path.read_bytes()
+    return libs
+
+
+def test_an_rpath_that_leaves_the_wheel_is_refused(tmp_path, rpath_libs):
+    ok = gate.check_wheel(_wheel(tmp_path, f"in-1-{TAG}.whl", {"x/sub/a.so": rpath_libs["inside"]}))
+    assert ok == []
+    for name in ("escapes", "absolute"):
+        problems = gate.check_wheel(_wheel(tmp_path, f"{name}-1-{TAG}.whl", {"x/sub/a.so": rpath_libs[name]}))
+        assert any("points outside the package" in p for p in problems), (name, problems)
+
+
+def _manifest_wheel(tmp_path: Path, lib: bytes, **change: object) -> Path:
+    entry = {
+        "backend": "vector",
+        "variant": "sm80",
+        "file": "sm80/libcuplug_vector.so",
+        "sha256": manifest.sha256_hex(lib),
+        "size": len(lib),
+        "sass": ["sm_80"],
+        "ptx": [],
+        "ptx_isa": None,
+        "cuda_version": "12.4",
+        "min_driver": 12000,
+        "abi": 2,
+        **change,
+    }
+    doc = json.dumps({"schema": 1, "cuda": "cuda12", "artifacts": [entry]}).encode()
+    members = {"p/manifest.json": doc, "p/sm80/libcuplug_vector.so": lib}
+    return _wheel(tmp_path, f"p-1-{TAG}.whl", members)
+
+
+def test_the_manifest_must_match_the_members(tmp_path, cpu_lib_path):
+    lib = cpu_lib_path.read_bytes()
+    assert gate.check_wheel(_manifest_wheel(tmp_path, lib)) == []
+    for change, words in (
+        ({"sha256": "ab" * 32}, "size/sha256 differ"),
+        ({"size": len(lib) + 1}, "size/sha256 differ"),
+        ({"file": "missing/lib.so"}, "missing from the wheel"),
+        ({"variant": "Bad Name"}, "manifest entry 0"),
+    ):
+        problems = gate.check_wheel(_manifest_wheel(tmp_path, lib, **change))
+        assert any(words in p for p in problems), (change, problems)
+
+
+def test_linkage_of_a_real_library(cpu_lib_path, rpath_libs, tmp_path):
+    gate.check_linkage(cpu_lib_path)
+    other = tmp_path / "x.so"
+    other.write_bytes(rpath_libs["inside"])
+    with pytest.raises(BuildError, match="beyond/short of the ABI"):
+        gate.check_linkage(other)
+
+
+def test_check_wheels_names_every_bad_wheel(tmp_path):
+    good = _wheel(tmp_path, f"a-1-{TAG}.whl", {"a/__init__.py": b""})
+    bad = _wheel(tmp_path, "b-1-cp311-cp311-linux_x86_64.whl", {"b/__init__.py": b""})
+    seen: list[str] = []
+    gate.check_wheels([good], seen.append)
+    assert seen and seen[0].startswith("ok: a-1-")
+    with pytest.raises(BuildError, match=r"b-1-cp311.*\n.*py3-none"):
+        gate.check_wheels([good, bad], seen.append)
+
+
+def test_the_rules_table_is_the_rules():
+    table = dict(gate.rules_table())
+    assert table["forbidden in a wheel"] == ", ".join(rules.FORBIDDEN_LIBRARIES)
+    assert "libcuda.so*" in rules.FORBIDDEN_LIBRARIES and rules.DRIVER_LIBRARY == "libcuda.so*"
+    assert rules.MAX_GLIBC == (2, 17) and "2.17" in table["wheel tags"]

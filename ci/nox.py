@@ -30,11 +30,12 @@ PIP_SHA256 = "9655943313a94722b7774661c21049070f6bbb0a1516bf02f7c8d5d9201514cd"
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("CUPLUG_CACHE_DIR") or str(
-        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cuplug"
-    )
+    """The tools venv in cuplug's cache (the build kit's cache_root: the stdlib only, no install needed)."""
+    sys.path.insert(0, str(HERE.parent / "loader"))
+    from cuplug.build.toolchain import cache_root
+
     key = hashlib.sha256(REQUIREMENTS.read_bytes() + sys.version.encode()).hexdigest()[:12]
-    return Path(base) / f"tools-{key}"
+    return cache_root() / f"tools-{key}"
 
 
 def ensure_pip(env_dir: Path) -> None:

@@ -131,7 +131,8 @@ def _probe_body(args: argparse.Namespace) -> Any:
             where = f"{backend.cuda}/{backend.variant}" if backend.cuda else "cpu"
             verdict = "ok" if out["ok"] else f"FAILED ({out.get('error')})"
             what = f"vector add of {(1 << 20) + 3} elements" if args.backend == "vector" else f"backend {args.backend}"
-            ops = f", {len(out.get('ops', {}))} op(s) checked against the CPU twin" if out.get("ops") else ""
+            against = "checked against the CPU twin" if backend.variant != "cpu" else "run on their samples"
+            ops = f", {len(out.get('ops', {}))} op(s) {against}" if out.get("ops") else ""
             took = f" in {out['add_ms']} ms" if "add_ms" in out else ""
             forced = (
                 f" (CUPLUG_BACKEND={trace.policy.raw_forced}: {fell.label} {fell.code}, fell through)" if fell else ""

@@ -172,3 +172,52 @@ def test_json_round_trip(fake):
 @pytest.mark.parametrize(("v", "text"), [(12040, "12.4"), (13000, "13.0"), (None, None), (0, None), (-1, None)])
 def test_version_str(v, text):
     assert driver.version_str(v) == text
+
+
+def test_long_names_are_cut_at_the_buffer(fake):
+    fake.setenv("FAKE_CUDA_NAME", "N" * 400)
+    # the driver is given one byte less than the buffer (so a name is NUL-terminated whatever it writes),
+    # and writes its NUL within that: MAX_NAME_BYTES - 2 characters at most
+    assert driver.probe().devices[0].name == "N" * (driver.MAX_NAME_BYTES - 2)
+
+
+def test_long_error_names_are_cut(fake):
+    fake.setenv("FAKE_CUDA_INIT_ERROR", "34")
+    fake.setenv("FAKE_CUDA_ERROR_NAME", "E" * 300)
+    reason = driver.probe().reason
+    assert (
+        "E" * driver.MAX_ERROR_NAME_BYTES + " (34)" in reason and "E" * (driver.MAX_ERROR_NAME_BYTES + 1) not in reason
+    )
+
+
+def test_an_unnamed_error_is_shown_by_number(fake):
+    fake.setenv("FAKE_CUDA_INIT_ERROR", "34")
+    fake.setenv("FAKE_CUDA_ERROR_NAME", "")
+    assert "cuInit failed: CUDA error 34 (34)" in driver.probe().reason
+
+
+def test_a_count_the_driver_did_not_write_is_no_device(fake):
+    """A driver that says success and writes nothing: no device, never one made up."""
+    fake.setenv("FAKE_CUDA_COUNT_UNWRITTEN", "1")
+    r = driver.probe()
+    assert r.code == reasons.NO_DEVICE and r.devices == ()
+
+
+def test_the_isolated_probe_answers_like_the_probe(fake, fake_driver_dir):
+    fake.setenv("LD_LIBRARY_PATH", str(fake_driver_dir))
+    fake.setenv("FAKE_CUDA_DEVICES", "8.6")
+    r = driver.probe_isolated(60)
+    assert r.code == "ok" and r.devices[0].capability == (8, 6) and r.driver_version == 13000
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("inf"), float("nan")])
+def test_the_isolated_probe_wants_a_real_timeout(timeout):
+    with pytest.raises(ValueError, match="not a positive number of seconds"):
+        driver.probe_isolated(timeout)
+
+
+def test_a_stuck_isolated_probe_is_reported(fake, fake_driver_dir):
+    fake.setenv("LD_LIBRARY_PATH", str(fake_driver_dir))
+    fake.setenv("FAKE_CUDA_INIT_SLEEP_MS", "20000")
+    r = driver.probe_isolated(1.5)
+    assert r.code == reasons.DRIVER_INIT_FAILED and "did not answer within 2 s" in r.reason

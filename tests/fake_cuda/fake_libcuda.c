@@ -9,6 +9,7 @@
  *   FAKE_CUDA_VERSION_ERROR  cuDriverGetVersion returns this error (and writes nothing)
  *   FAKE_CUDA_ERROR_NAME     cuGetErrorName answers this string for every error (any bytes, e.g. not UTF-8)
  *   FAKE_CUDA_COUNT          cuDeviceGetCount reports this many devices (e.g. 2147483647)
+ *   FAKE_CUDA_COUNT_UNWRITTEN cuDeviceGetCount succeeds without writing the count
  *   FAKE_CUDA_DEVICE_GET_ERROR cuDeviceGet fails with this error
  *   FAKE_CUDA_ATTR_FAIL      cuDeviceGetAttribute of this attribute (75 major, 76 minor) fails with 1,
  *                            after writing 0 into *value (as a driver may)
@@ -86,7 +87,7 @@ static void parse(void) {
 }
 
 CUresult cuInit(unsigned flags) {
-    (void)flags;
+    if (flags != 0) return 1; /* CUDA_ERROR_INVALID_VALUE: the flags must be 0, as the real driver says */
     const char* sleep_ms = getenv("FAKE_CUDA_INIT_SLEEP_MS");
     if (sleep_ms && atol(sleep_ms) > 0) {
         struct timespec ts = {atol(sleep_ms) / 1000, (atol(sleep_ms) % 1000) * 1000000L};
@@ -110,6 +111,7 @@ CUresult cuDriverGetVersion(int* v) {
 }
 CUresult cuDeviceGetCount(int* n) {
     if (!inited) return 3; /* CUDA_ERROR_NOT_INITIALIZED */
+    if (env_int("FAKE_CUDA_COUNT_UNWRITTEN", 0)) return 0; /* success, and nothing written */
     *n = env_int("FAKE_CUDA_COUNT", n_vis);
     return 0;
 }

@@ -16,7 +16,6 @@ from ..contract.record import Record
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Any, ClassVar
 
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("", "0", "false", "no", "off")
@@ -36,15 +35,6 @@ MAX_DEVICE_DIGITS = 4
 
 class Policy(Record):
     __slots__ = ("disable_cuda", "disabled_by", "require_cuda", "forced", "forced_cuda", "device", "raw_forced")
-    _defaults: ClassVar[dict[str, Any]] = {
-        "disable_cuda": False,
-        "disabled_by": None,
-        "require_cuda": False,
-        "forced": None,
-        "forced_cuda": None,
-        "device": 0,
-        "raw_forced": None,
-    }
     disable_cuda: bool
     disabled_by: str | None  # the kill switch that is set
     require_cuda: bool
@@ -84,7 +74,7 @@ def _forced(raw: str | None) -> tuple[str | None, str | None]:
 
 def _device(raw: int | str) -> int:
     text = str(raw).strip()
-    if isinstance(raw, bool) or not 0 < len(text) <= MAX_DEVICE_DIGITS or not text.isdigit() or not text.isascii():
+    if isinstance(raw, bool) or len(text) > MAX_DEVICE_DIGITS or not text.isdigit() or not text.isascii():
         raise ConfigError(f"CUPLUG_DEVICE/device={raw!r}: expected a device index 0, 1, ...")
     return int(text)
 

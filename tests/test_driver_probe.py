@@ -221,3 +221,56 @@ def test_a_stuck_isolated_probe_is_reported(fake, fake_driver_dir):
     fake.setenv("FAKE_CUDA_INIT_SLEEP_MS", "20000")
     r = driver.probe_isolated(1.5)
     assert r.code == reasons.DRIVER_INIT_FAILED and "did not answer within 2 s" in r.reason
+
+
+def test_an_error_name_the_driver_did_not_give_is_not_used(fake):
+    fake.setenv("FAKE_CUDA_INIT_ERROR", "34")
+    fake.setenv("FAKE_CUDA_ERROR_NAME", "WRITTEN_BUT_FAILED")
+    fake.setenv("FAKE_CUDA_ERROR_NAME_RC", "1")
+    assert "cuInit failed: CUDA error 34 (34)" in driver.probe().reason
+
+
+def test_a_negative_status_is_a_failure_too(fake):
+    fake.setenv("FAKE_CUDA_VERSION_ERROR", "-5")
+    r = driver.probe()
+    assert r.code == reasons.DRIVER_INIT_FAILED and "cuDriverGetVersion failed" in r.reason and "(-5)" in r.reason
+
+
+@pytest.mark.parametrize(("cap", "parsed"), [("9.0", (9, 0)), ("9.0.1", None), ("9", None), (None, None)])
+def test_from_json_reads_only_major_dot_minor(cap, parsed):
+    doc = {"code": "ok", "reason": "", "devices": [{"index": 0, "capability": cap}]}
+    assert driver.ProbeResult.from_json(doc).devices[0].capability == parsed
+
+
+def _child(tmp_path, body: str):
+    """A stand-in for the interpreter probe_isolated starts: it prints or fails as told."""
+    script = tmp_path / "python"
+    script.write_text("#!/bin/sh\n" + body + "\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ("echo boom >&2; exit 3", "driver probe process failed: boom"),
+        ("echo not json", "driver probe process answered nonsense"),
+        ('echo \'{"code": "ok", "reason": "", "devices": 5}\'', "driver probe process answered nonsense"),
+        ('echo \'{"code": "ok", "reason": "", "devices": [{}]}\'', "driver probe process answered nonsense"),
+    ],
+)
+def test_an_isolated_probe_that_fails_or_answers_nonsense(tmp_path, monkeypatch, body, words):
+    import sys
+
+    monkeypatch.setattr(sys, "executable", _child(tmp_path, body))
+    r = driver.probe_isolated(30)
+    assert r.code == reasons.DRIVER_INIT_FAILED and r.reason.startswith(words), r.reason
+    assert "b'" not in r.reason  # the child's output is text
+
+
+def test_a_short_timeout_is_a_timeout(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys, "executable", _child(tmp_path, "sleep 5"))
+    r = driver.probe_isolated(0.5)
+    assert r.code == reasons.DRIVER_INIT_FAILED and "did not answer within 0 s" in r.reason

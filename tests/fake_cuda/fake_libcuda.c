@@ -8,6 +8,7 @@
  * Lies and failures (issue 18), each off unless set:
  *   FAKE_CUDA_VERSION_ERROR  cuDriverGetVersion returns this error (and writes nothing)
  *   FAKE_CUDA_ERROR_NAME     cuGetErrorName answers this string for every error (any bytes, e.g. not UTF-8)
+ *   FAKE_CUDA_ERROR_NAME_RC  ... and returns this code (it writes the name all the same)
  *   FAKE_CUDA_COUNT          cuDeviceGetCount reports this many devices (e.g. 2147483647)
  *   FAKE_CUDA_COUNT_UNWRITTEN cuDeviceGetCount succeeds without writing the count
  *   FAKE_CUDA_DEVICE_GET_ERROR cuDeviceGet fails with this error
@@ -159,7 +160,7 @@ CUresult cuDeviceGetUuid(unsigned char* uuid, int dev) { return cuDeviceGetUuid_
 CUresult cuGetErrorName(CUresult err, const char** s) {
     if (getenv("FAKE_CUDA_ERROR_NAME")) {
         *s = getenv("FAKE_CUDA_ERROR_NAME");
-        return 0;
+        return env_int("FAKE_CUDA_ERROR_NAME_RC", 0); /* a non-zero rc: the name written must not be used */
     }
     switch (err) {
         case 0: *s = "CUDA_SUCCESS"; return 0;

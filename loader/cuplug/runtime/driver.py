@@ -125,21 +125,19 @@ def _text(ptr: int | None, limit: int) -> str:
 
 
 def _error_name(lib: ctypes.CDLL, code: int) -> str:
+    """The driver's name of an error (cuGetErrorName), or ``CUDA error <code>`` when it gives none."""
     fn = getattr(lib, "cuGetErrorName", None)
     name = ctypes.c_void_p()
-    try:
-        if fn is not None and fn(code, ctypes.byref(name)) == 0 and name.value:
-            text = _text(name.value, MAX_ERROR_NAME_BYTES)
-            if text:
-                return text
-    except (OSError, ValueError):
-        pass
+    if fn is not None and fn(code, ctypes.byref(name)) == 0 and name.value:
+        text = _text(name.value, MAX_ERROR_NAME_BYTES)
+        if text:
+            return text
     return f"CUDA error {code}"
 
 
 def _format_uuid(raw: bytes) -> str:
     h = raw.hex()
-    return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 REQUIRED = ("cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetAttribute")
@@ -237,7 +235,7 @@ def probe() -> ProbeResult:
         )
     devices = tuple(_device(lib, index) for index in range(count.value))
     unknown = [d for d in devices if d.capability is None]
-    if len(unknown) == len(devices):
+    if all(d.capability is None for d in devices):
         return found._replace(
             code=reasons.DRIVER_INIT_FAILED,
             reason=f"no device's capability could be read: device 0: {devices[0].problem}",

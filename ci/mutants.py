@@ -34,31 +34,37 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET = 0.90  # killed / (killed + survived) per module
 EQUIVALENT = ROOT / "ci" / "mutants_equivalent.json"
 
-# module (under cuplug/) -> the tests that state its behaviour, fastest first (pytest -x stops at the first
-# failure, so a killed mutant costs little; a survivor runs all of them).
-MODULES: dict[str, list[str]] = {
-    "runtime/select.py": ["tests/test_select.py", "tests/test_third_major.py", "tests/test_hostile_config.py"],
-    "runtime/policy.py": ["tests/test_policy.py", "tests/test_hostile_config.py"],
-    "runtime/driver.py": ["tests/test_driver_probe.py", "tests/test_hostile_driver.py", "tests/test_driver_and_cli.py"],
-    "runtime/verify.py": ["tests/test_verify.py", "tests/test_reliability.py", "tests/test_hostile_toctou.py"],
-    "runtime/loading.py": [
-        "tests/test_reliability.py",
-        "tests/test_hostile_config.py",
-        "tests/test_hostile_failures.py",
-    ],
-    "runtime/library.py": ["tests/test_library.py", "tests/test_reliability.py", "tests/test_hostile_failures.py"],
-    "runtime/api.py": ["tests/test_api.py", "tests/test_api_v2.py", "tests/test_hostile_fork.py"],
-    "tools/cli.py": ["tests/test_driver_and_cli.py", "tests/test_operator_tools.py", "tests/test_hostile_config.py"],
-    "tools/inspection.py": [
-        "tests/test_inspection.py",
-        "tests/test_operator_tools.py",
-        "tests/test_hostile_failures.py",
-    ],
-    "contract/fatbin.py": ["tests/test_fatbin.py", "tests/test_operator_tools.py"],
-    "build/gate.py": ["tests/test_gate.py", "tests/test_build_matrix.py", "tests/test_wheels.py"],
+# module (under cuplug/) -> (fast tests, the rest). Every mutant first meets the fast tests (in process,
+# seconds); only the survivors then meet the rest (subprocesses, installed wheels, fake drivers). pytest's
+# -x stops at the first failure, so a killed mutant costs little either way.
+MODULES: dict[str, tuple[list[str], list[str]]] = {
+    "runtime/select.py": (["tests/test_select.py"], ["tests/test_third_major.py", "tests/test_hostile_config.py"]),
+    "runtime/policy.py": (["tests/test_policy.py"], ["tests/test_hostile_config.py"]),
+    "runtime/driver.py": (
+        ["tests/test_driver_probe.py"],
+        ["tests/test_hostile_driver.py", "tests/test_driver_and_cli.py"],
+    ),
+    "runtime/verify.py": (["tests/test_verify.py"], ["tests/test_reliability.py", "tests/test_hostile_toctou.py"]),
+    "runtime/loading.py": (
+        ["tests/test_loading.py", "tests/test_cli.py"],
+        ["tests/test_reliability.py", "tests/test_hostile_config.py", "tests/test_hostile_failures.py"],
+    ),
+    "runtime/library.py": (["tests/test_library.py"], ["tests/test_reliability.py", "tests/test_hostile_failures.py"]),
+    "runtime/api.py": (["tests/test_api.py", "tests/test_api_v2.py"], ["tests/test_hostile_fork.py"]),
+    "tools/cli.py": (
+        ["tests/test_cli.py"],
+        ["tests/test_driver_and_cli.py", "tests/test_operator_tools.py", "tests/test_hostile_config.py"],
+    ),
+    "tools/inspection.py": (
+        ["tests/test_inspection.py"],
+        ["tests/test_operator_tools.py", "tests/test_hostile_failures.py"],
+    ),
+    "contract/fatbin.py": (["tests/test_fatbin.py"], ["tests/test_operator_tools.py"]),
+    "build/gate.py": (["tests/test_gate.py"], ["tests/test_build_matrix.py", "tests/test_wheels.py"]),
 }
 # Modules on load()'s path also answer for what they import (tests/test_contract.py): a mutant that makes
 # them import typing at run time (TYPE_CHECKING = True) changes what every application pays.
+LAZY_IMPORTS = "tests/test_contract.py::test_the_decision_imports_nothing_expensive"
 for _m in (
     "runtime/select.py",
     "runtime/policy.py",
@@ -68,7 +74,7 @@ for _m in (
     "runtime/library.py",
     "runtime/api.py",
 ):
-    MODULES[_m].append("tests/test_contract.py::test_the_decision_imports_nothing_expensive")
+    MODULES[_m][1].append(LAZY_IMPORTS)
 TIMEOUT_S = 120  # one mutant's whole test command; a hang counts as detected (timeout)
 
 
@@ -80,8 +86,8 @@ def _test_command(tests: list[str]) -> str:
     )
 
 
-def _config(module: str, python: str) -> str:
-    command = _test_command(MODULES[module]).replace(sys.executable, python, 1)
+def _config(module: str, python: str, tests: list[str]) -> str:
+    command = _test_command(tests).replace(sys.executable, python, 1)
     return f"""[cosmic-ray]
 module-path = "cuplug/{module}"
 timeout = {TIMEOUT_S}
@@ -115,8 +121,10 @@ def run_module(module: str, site: Path, work: Path, log: list[str]) -> dict[str,
     bin_dir = _bin(site)
     python = str(bin_dir / "python")
     work.mkdir(parents=True, exist_ok=True)
-    cfg, db = work / f"{_slug(module)}.toml", work / f"{_slug(module)}.sqlite"
-    cfg.write_text(_config(module, python))
+    fast, rest = MODULES[module]
+    cfg, full, db = (work / f"{_slug(module)}{end}" for end in (".fast.toml", ".toml", ".sqlite"))
+    cfg.write_text(_config(module, python, fast))
+    full.write_text(_config(module, python, fast + rest))
     db.unlink(missing_ok=True)
     target = site / "cuplug" / module
     before = _digest(target)
@@ -132,6 +140,9 @@ def run_module(module: str, site: Path, work: Path, log: list[str]) -> dict[str,
     for step in (["cosmic-ray", "init", str(cfg), str(db)], ["cr-filter-operators", str(db), str(cfg)]):
         subprocess.run([str(bin_dir / step[0]), *step[1:]], cwd=site, env=env, check=True, capture_output=True)
     subprocess.run([str(bin_dir / "cosmic-ray"), "exec", str(cfg), str(db)], cwd=site, env=env, check=True)
+    with sqlite3.connect(db) as con:  # the fast tests' survivors meet every test
+        con.execute("delete from work_results where test_outcome = 'SURVIVED'")
+    subprocess.run([str(bin_dir / "cosmic-ray"), "exec", str(full), str(db)], cwd=site, env=env, check=True)
     if _digest(target) != before:  # cosmic-ray restores each file; a killed run could leave a mutant behind
         raise RuntimeError(f"{target} was left mutated: reinstall cuplug into {site.parents[2]}")
     result = summarize(module, db)

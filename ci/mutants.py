@@ -12,7 +12,7 @@ module is mutated *in place in a slot's installed copy* (cosmic-ray's way), so e
 Per module: ``cosmic-ray init`` -> ``cr-filter-operators`` (``|`` in annotations: never evaluated,
 ``from __future__ import annotations``) -> ``cosmic-ray exec`` with the module's own tests (MODULES)
 -> killed / survived / incompetent / timeout from the session database. The survivors are listed with
-their diff; ``ci/mutants_equivalent.json`` holds the argument for each one judged equivalent (a
+their diff; ``ci/mutants_equivalent/<module>.json`` holds the argument for each one judged equivalent (a
 mutant that cannot change behaviour). Written: ``DIR/mutants.json`` and ``DIR/mutants.md``.
 """
 
@@ -32,7 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = 0.90  # killed / (killed + survived) per module
-EQUIVALENT = ROOT / "ci" / "mutants_equivalent.json"
+# Survivors argued equivalent (a mutant that cannot change behaviour): one JSON file per module,
+# ci/mutants_equivalent/<module with - for />.json, {"<line>:<operator>:<occurrence>": "why"}.
+EQUIVALENT = ROOT / "ci" / "mutants_equivalent"
 
 # module (under cuplug/) -> (fast tests, the rest). Every mutant first meets the fast tests (in process,
 # seconds); only the survivors then meet the rest (subprocesses, installed wheels, fake drivers). pytest's
@@ -191,15 +193,20 @@ def _short(diff: str | None) -> str:
     return "\n".join(lines[:4])
 
 
-def _key(module: str, s: dict[str, object]) -> str:
-    return f"{module}:{s['line']}:{s['operator']}:{s['occurrence']}"
+def _key(s: dict[str, object]) -> str:
+    return f"{s['line']}:{s['operator']}:{s['occurrence']}"
+
+
+def _equivalents(module: str) -> dict[str, str]:
+    path = EQUIVALENT / f"{_slug(module)}.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def report(results: list[dict[str, object]], out: Path, meta: dict[str, object]) -> None:
-    equivalent: dict[str, str] = json.loads(EQUIVALENT.read_text()) if EQUIVALENT.is_file() else {}
     for r in results:
+        equivalent = _equivalents(str(r["module"]))
         for s in r["survivors"]:  # type: ignore[union-attr]
-            s["equivalent"] = equivalent.get(_key(str(r["module"]), s))
+            s["equivalent"] = equivalent.get(_key(s))
         argued = sum(1 for s in r["survivors"] if s["equivalent"])  # type: ignore[union-attr]
         denominator = int(r["killed"]) + int(r["timeout"]) + int(r["incompetent"]) + int(r["survived"])  # type: ignore[call-overload]
         r["score_counting_equivalent"] = (

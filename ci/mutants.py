@@ -33,7 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = 0.90  # killed / (killed + survived) per module
 # Survivors argued equivalent (a mutant that cannot change behaviour): one JSON file per module,
-# ci/mutants_equivalent/<module with - for />.json, {"<line>:<operator>:<occurrence>": "why"}.
+# ci/mutants_equivalent/<module with - for />.json, {"<operator> | <the source line, stripped>": "why"}
+# (every mutant of that operator on that line).
 EQUIVALENT = ROOT / "ci" / "mutants_equivalent"
 
 # module (under cuplug/) -> (fast tests, the rest). Every mutant first meets the fast tests (in process,
@@ -147,14 +148,14 @@ def run_module(module: str, site: Path, work: Path, log: list[str]) -> dict[str,
     subprocess.run([str(bin_dir / "cosmic-ray"), "exec", str(full), str(db)], cwd=site, env=env, check=True)
     if _digest(target) != before:  # cosmic-ray restores each file; a killed run could leave a mutant behind
         raise RuntimeError(f"{target} was left mutated: reinstall cuplug into {site.parents[2]}")
-    result = summarize(module, db)
+    result = summarize(module, db, target.read_text().splitlines())
     result["seconds"] = round(time.monotonic() - t0, 1)
     log.append(f"{module}: {result['killed']} killed, {result['survived']} survived in {result['seconds']} s")
     print(log[-1], flush=True)
     return result
 
 
-def summarize(module: str, db: Path) -> dict[str, object]:
+def summarize(module: str, db: Path, source: list[str]) -> dict[str, object]:
     con = sqlite3.connect(db)
     rows = con.execute(
         "select s.operator_name, s.occurrence, s.start_pos_row, s.start_pos_col, r.worker_outcome, r.test_outcome, "
@@ -173,7 +174,10 @@ def summarize(module: str, db: Path) -> dict[str, object]:
             counts["killed"] += 1
         else:
             counts["survived"] += 1
-            survivors.append({"line": row, "col": col, "operator": op, "occurrence": occ, "diff": _short(diff)})
+            text = source[row - 1].strip() if 0 < row <= len(source) else ""
+            survivors.append(
+                {"line": row, "col": col, "operator": op, "occurrence": occ, "source": text, "diff": _short(diff)}
+            )
     detected = counts["killed"] + counts["timeout"] + counts["incompetent"]
     total = detected + counts["survived"]
     return {
@@ -194,7 +198,8 @@ def _short(diff: str | None) -> str:
 
 
 def _key(s: dict[str, object]) -> str:
-    return f"{s['line']}:{s['operator']}:{s['occurrence']}"
+    """A survivor's name that outlives edits elsewhere in the file: the operator and the source line."""
+    return f"{s['operator']} | {s['source']}"
 
 
 def _equivalents(module: str) -> dict[str, str]:

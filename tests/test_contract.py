@@ -219,7 +219,19 @@ def test_no_import_cycle():
     assert not cycles, f"modules that import themselves back: {cycles}"
 
 
-EXPENSIVE = ("typing", "dataclasses", "logging", "re", "pathlib", "json", "threading", "hashlib", "inspect", "platform", "collections")
+EXPENSIVE = (
+    "typing",
+    "dataclasses",
+    "logging",
+    "re",
+    "pathlib",
+    "json",
+    "threading",
+    "hashlib",
+    "inspect",
+    "platform",
+    "collections",
+)
 LAZY = """
 import sys
 before = set(sys.modules)

@@ -139,7 +139,19 @@ def test_a_device_that_cannot_be_got_has_no_facts(fake):
 
 
 @pytest.mark.parametrize(
-    ("cc", "ok"), [("10.0", True), ("12.1", True), ("0.5", False), ("100.0", False), ("9.10", False)]
+    ("cc", "ok"),
+    [
+        ("10.0", True),
+        ("12.1", True),
+        ("1.0", True),
+        ("99.9", True),
+        ("0.5", False),
+        ("100.0", False),
+        ("9.10", False),
+        ("9.11", False),
+        ("9.-1", False),
+        ("-1.0", False),
+    ],
 )
 def test_capabilities_no_gpu_has_are_refused(fake, cc, ok):
     fake.setenv("FAKE_CUDA_DEVICES", cc)
@@ -274,3 +286,104 @@ def test_a_short_timeout_is_a_timeout(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "executable", _child(tmp_path, "sleep 5"))
     r = driver.probe_isolated(0.5)
     assert r.code == reasons.DRIVER_INIT_FAILED and "did not answer within 0 s" in r.reason
+
+
+@pytest.fixture(scope="module")
+def odd_drivers(tmp_path_factory):
+    """The fake driver without cuDeviceGetUuid_v2 (an older driver), without any UUID entry point, without
+    any entry point at all; and one installed under a directory whose name has a space."""
+    from conftest import HERE, build_shared_library
+
+    out = tmp_path_factory.mktemp("odd drivers")
+    built = {}
+    for kind, flags in (
+        ("v1uuid", ["-DFAKE_NO_UUID_V2"]),
+        ("nouuid", ["-DFAKE_NO_UUID"]),
+        ("nosyms", ["-DFAKE_NO_SYMBOLS"]),
+        ("plain", []),
+    ):
+        (out / kind).mkdir()
+        built[kind] = build_shared_library(
+            HERE / "fake_cuda" / "fake_libcuda.c", out / kind / "libcuda.so.1", "-ldl", *flags
+        )
+    return built
+
+
+def test_an_older_drivers_uuid_entry_point_serves(fake, odd_drivers):
+    fake.setattr(driver, "LIBCUDA", str(odd_drivers["v1uuid"]))
+    d = driver.probe().devices[0]
+    assert d.uuid is not None and d.uuid.startswith("GPU-") and d.problem is None
+
+
+def test_a_driver_without_uuids_says_so(fake, odd_drivers):
+    fake.setattr(driver, "LIBCUDA", str(odd_drivers["nouuid"]))
+    d = driver.probe().devices[0]
+    assert d.uuid is None and d.problem == "the driver lacks cuDeviceGetUuid" and d.capability == (9, 0)
+
+
+def test_a_library_without_the_entry_points_is_named_by_its_real_path(fake, odd_drivers, tmp_path):
+    link = tmp_path / "libcuda-link.so.1"
+    link.symlink_to(odd_drivers["nosyms"])
+    fake.setattr(driver, "LIBCUDA", str(link))
+    r = driver.probe()
+    assert r.code == reasons.DRIVER_INIT_FAILED and r.driver_found
+    assert r.reason.startswith(f"{odd_drivers['nosyms']} lacks cuInit, ") and "not a usable CUDA driver" in r.reason
+
+
+def test_the_path_of_a_driver_in_a_directory_with_spaces(fake, odd_drivers):
+    fake.setattr(driver, "LIBCUDA", str(odd_drivers["plain"]))
+    assert driver.probe().driver_path == str(odd_drivers["plain"]) and " " in str(odd_drivers["plain"])
+
+
+@pytest.mark.parametrize("error", [UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad"), OSError("no /proc")])
+def test_unreadable_maps_leave_the_path_unknown(fake, error):
+    def broken(*_a, **_k):
+        raise error
+
+    fake.setattr(driver, "open", broken, raising=False)
+    r = driver.probe()
+    assert r.code == "ok" and r.driver_found and r.driver_path is None
+
+
+@pytest.mark.parametrize(
+    ("knob", "rc"), [("FAKE_CUDA_INIT_ERROR", "-7"), ("FAKE_CUDA_COUNT_ERROR", "-7"), ("FAKE_CUDA_COUNT_ERROR", "2")]
+)
+def test_any_nonzero_status_of_init_or_count_fails(fake, knob, rc):
+    fake.setenv(knob, rc)
+    r = driver.probe()
+    assert r.code == reasons.DRIVER_INIT_FAILED and f"({rc})" in r.reason and r.devices == ()
+
+
+@pytest.mark.parametrize("rc", ["-3", "2"])
+def test_any_nonzero_status_of_an_attribute_leaves_it_unknown(fake, rc):
+    fake.setenv("FAKE_CUDA_DEVICES", "9.0,8.0")
+    fake.setenv("FAKE_CUDA_ATTR_FAIL", "75")
+    fake.setenv("FAKE_CUDA_ATTR_FAIL_DEVICE", "1")
+    fake.setenv("FAKE_CUDA_ATTR_FAIL_RC", rc)
+    d = driver.probe().devices[1]
+    assert d.capability is None and "COMPUTE_CAPABILITY_MAJOR) failed: " in (d.problem or "") and f"({rc})" in d.problem
+
+
+def test_a_negative_error_name_status_is_no_name(fake):
+    fake.setenv("FAKE_CUDA_INIT_ERROR", "34")
+    fake.setenv("FAKE_CUDA_ERROR_NAME", "WRITTEN_BUT_FAILED")
+    fake.setenv("FAKE_CUDA_ERROR_NAME_RC", "-1")
+    assert "cuInit failed: CUDA error 34 (34)" in driver.probe().reason
+
+
+def test_an_isolated_probe_shows_the_end_of_a_long_error(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setattr(
+        sys, "executable", _child(tmp_path, "printf 'A%.0s' $(seq 100) >&2; printf 'B%.0s' $(seq 500) >&2; exit 1")
+    )
+    r = driver.probe_isolated(30)
+    assert r.reason == "driver probe process failed: " + "B" * 500
+
+
+def test_an_isolated_probe_that_cannot_start(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    r = driver.probe_isolated(30)
+    assert r.code == reasons.DRIVER_INIT_FAILED and r.reason.startswith("driver probe process could not start")

@@ -16,7 +16,10 @@
  *                            after writing 0 into *value (as a driver may)
  *   FAKE_CUDA_ATTR_FAIL_DEVICE only for this device ordinal (default: every device)
  *   FAKE_CUDA_NAME           cuDeviceGetName answers this name (escape codes, newlines...)
- * Compiled with -DFAKE_NO_UUID it lacks cuDeviceGetUuid and cuDeviceGetUuid_v2; with
+ *   FAKE_CUDA_ATTR_FAIL_RC   the code that failing cuDeviceGetAttribute returns (default 1)
+ *   FAKE_CUDA_COUNT_ERROR    cuDeviceGetCount fails with this code
+ * Compiled with -DFAKE_NO_UUID it lacks cuDeviceGetUuid and cuDeviceGetUuid_v2 (-DFAKE_NO_UUID_V2:
+ * only the _v2); with
  * -DFAKE_NO_SYMBOLS it exports no CUDA entry point at all.
  * CUDA_VISIBLE_DEVICES is emulated as the driver does it inside cuInit: a comma
  * list of indices or GPU-UUID prefixes, ending at the first bad entry; "" -> none.
@@ -112,6 +115,7 @@ CUresult cuDriverGetVersion(int* v) {
 }
 CUresult cuDeviceGetCount(int* n) {
     if (!inited) return 3; /* CUDA_ERROR_NOT_INITIALIZED */
+    if (env_int("FAKE_CUDA_COUNT_ERROR", 0)) return env_int("FAKE_CUDA_COUNT_ERROR", 0);
     if (env_int("FAKE_CUDA_COUNT_UNWRITTEN", 0)) return 0; /* success, and nothing written */
     *n = env_int("FAKE_CUDA_COUNT", n_vis);
     return 0;
@@ -128,7 +132,7 @@ CUresult cuDeviceGetAttribute(int* value, int attrib, int dev) {
     int only = env_int("FAKE_CUDA_ATTR_FAIL_DEVICE", -1);
     if (attrib == env_int("FAKE_CUDA_ATTR_FAIL", -1) && (only < 0 || only == dev)) {
         *value = 0;
-        return 1; /* CUDA_ERROR_INVALID_VALUE */
+        return env_int("FAKE_CUDA_ATTR_FAIL_RC", 1); /* CUDA_ERROR_INVALID_VALUE, or the code asked for */
     }
     if (attrib == 75) *value = caps[vis[dev]][0];
     else if (attrib == 76) *value = caps[vis[dev]][1];
@@ -150,12 +154,15 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, int dev) {
     return 0;
 }
 #ifndef FAKE_NO_UUID
-CUresult cuDeviceGetUuid_v2(unsigned char* uuid, int dev) {
+static CUresult uuid_get(unsigned char* uuid, int dev) {
     if (dev < 0 || dev >= n_vis) return 101;
     uuid_of(vis[dev], uuid);
     return 0;
 }
-CUresult cuDeviceGetUuid(unsigned char* uuid, int dev) { return cuDeviceGetUuid_v2(uuid, dev); }
+#ifndef FAKE_NO_UUID_V2
+CUresult cuDeviceGetUuid_v2(unsigned char* uuid, int dev) { return uuid_get(uuid, dev); }
+#endif
+CUresult cuDeviceGetUuid(unsigned char* uuid, int dev) { return uuid_get(uuid, dev); }
 #endif
 CUresult cuGetErrorName(CUresult err, const char** s) {
     if (getenv("FAKE_CUDA_ERROR_NAME")) {

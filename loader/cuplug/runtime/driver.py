@@ -104,8 +104,9 @@ def _loaded_path(lib: ctypes.CDLL) -> str | None:
     """The file the dynamic linker actually opened, read from /proc/self/maps."""
     try:
         with open("/proc/self/maps") as maps:
-            for line in maps:
-                path = line.split(maxsplit=5)[-1].strip() if line.count(" ") >= 5 else ""
+            for line in maps:  # address perms offset dev inode [path, which may hold spaces]
+                fields = line.split(maxsplit=5)
+                path = fields[5].strip() if len(fields) > 5 else ""
                 if path.startswith("/") and os.path.basename(path).startswith("libcuda.so"):
                     return path
     except (OSError, UnicodeDecodeError):
@@ -162,8 +163,8 @@ def _device(lib: ctypes.CDLL, index: int) -> Device:
     major, minor = ctypes.c_int(-1), ctypes.c_int(-1)
     get_attr = getattr(lib, "cuDeviceGetAttribute", None)
     capability: tuple[int, int] | None = None
-    ok_major = call("cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)", get_attr, ctypes.byref(major), 75, dev)
-    ok_minor = call("cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)", get_attr, ctypes.byref(minor), 76, dev)
+    ok_major = call("cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)", get_attr, ctypes.byref(major), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
+    ok_minor = call("cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)", get_attr, ctypes.byref(minor), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
     if ok_major and ok_minor:
         if 0 < major.value < 100 and 0 <= minor.value < 10:
             capability = (major.value, minor.value)
@@ -222,16 +223,16 @@ def probe() -> ProbeResult:
     rc = lib.cuDeviceGetCount(ctypes.byref(count))
     if rc != 0:
         return failed(reasons.DRIVER_INIT_FAILED, f"cuDeviceGetCount: {_error_name(lib, rc)} ({rc})")
+    if count.value == 0:
+        return failed(
+            reasons.NO_DEVICE,
+            "the driver reports 0 devices" + (f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""),
+        )
     if not 0 <= count.value <= MAX_DEVICES:
         return failed(
             reasons.DRIVER_INIT_FAILED,
             f"cuDeviceGetCount reported {count.value} devices; more than {MAX_DEVICES} (or fewer than 0) "
             "is not believable, so none is used",
-        )
-    if count.value == 0:
-        return failed(
-            reasons.NO_DEVICE,
-            "the driver reports 0 devices" + (f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""),
         )
     devices = tuple(_device(lib, index) for index in range(count.value))
     unknown = [d for d in devices if d.capability is None]

@@ -188,9 +188,11 @@ def test_version_str(v, text):
 
 def test_long_names_are_cut_at_the_buffer(fake):
     fake.setenv("FAKE_CUDA_NAME", "N" * 400)
-    # the driver is given one byte less than the buffer (so a name is NUL-terminated whatever it writes),
-    # and writes its NUL within that: MAX_NAME_BYTES - 2 characters at most
-    assert driver.probe().devices[0].name == "N" * (driver.MAX_NAME_BYTES - 2)
+    # names of up to 254 bytes come whole: the driver is given one byte less than the 256-byte buffer (so a
+    # name is NUL-terminated whatever it writes) and writes its own NUL within that
+    assert driver.probe().devices[0].name == "N" * 254
+    fake.setenv("FAKE_CUDA_NAME", "N" * 254)
+    assert driver.probe().devices[0].name == "N" * 254
 
 
 def test_long_error_names_are_cut(fake):

@@ -3,7 +3,10 @@ checks, DLPack import/export (NumPy, PyTorch CPU), lifetimes, copies, fork."""
 
 from __future__ import annotations
 
+import array
 import gc
+import os
+import sys
 import weakref
 from typing import ClassVar
 
@@ -12,7 +15,8 @@ import pytest
 
 import cuplug
 import cuplug.contract.dtypes
-from cuplug.runtime import dlpack, signature
+from cuplug.contract import abi
+from cuplug.runtime import api, dlpack, signature
 
 torch = pytest.importorskip("torch")
 
@@ -403,3 +407,643 @@ def test_an_exported_tensor_can_still_be_read_after_close(b):
     b.close()
     np.testing.assert_array_equal(t.to_host(), [0, 1, 2, 3])
     np.testing.assert_array_equal(np.from_dlpack(t), first)
+
+
+# ---- what a CUDA variant is asked, seen through the CPU twin (issue 23). api.py knows only the C ABI:
+# a Backend over the CPU library that says it is on cuda:0 with an instance stream runs the CUDA paths
+# (stream order, __cuda_array_interface__, device operands) while every entry point is recorded, and any
+# can be made to answer a given status.
+
+STREAM = 0x5000  # the instance stream a CUDA variant reports in its ping
+
+
+def _seen(tensors, n):
+    return [
+        {
+            "data": t.data or 0,
+            "device": (t.device_type, t.device_id),
+            "dtype": (t.dtype.code, t.dtype.bits, t.dtype.lanes),
+            "shape": [t.shape[i] for i in range(t.ndim)],
+        }
+        for t in tensors[:n]
+    ]
+
+
+class _Spy:
+    """The CPU backend's library, recording each entry point's arguments (without the handle)."""
+
+    def __init__(self, lib):
+        self.lib, self.path, self.log, self.answers = lib, lib.path, [], {}
+
+    def __getattr__(self, name):
+        real = getattr(self.lib, name)
+
+        def entry(*args):
+            if name == "call":
+                _, op, c_in, n_in, c_out, n_out, c_attrs, n_attrs, stream = args
+                attrs = {
+                    a.name.decode(): (a.kind, a.value.i if a.kind == abi.ATTR_INT64 else a.value.f)
+                    for a in c_attrs[:n_attrs]
+                }
+                self.log.append(("call", op.decode(), _seen(c_in, n_in), _seen(c_out, n_out), attrs, stream))
+            else:
+                self.log.append((name, *args[1:]))
+            answer = self.answers.get(name)
+            if answer is None:
+                return real(*args)
+            return answer(*args) if callable(answer) else answer
+
+        return entry
+
+    def entries(self, name):
+        return [e[1:] for e in self.log if e[0] == name]
+
+    def waits_around_the_call(self):
+        """(stream_wait arguments before the call, the call's stream, those after it)."""
+        seq = [e for e in self.log if e[0] in ("stream_wait", "call")]
+        at = next(i for i, e in enumerate(seq) if e[0] == "call")
+        return [e[1:] for e in seq[:at]], seq[at][-1], [e[1:] for e in seq[at + 1 :]]
+
+
+@pytest.fixture
+def spy(b):
+    return _Spy(b._core.lib)
+
+
+def _over(b, spy, cuda=None, **info):
+    """A Backend over a fresh instance of the CPU library, through ``spy``, with ``info`` over the CPU's ping."""
+    return api.Backend(spy, b._core.lib.create(None), {**b._info, **info}, cuda=cuda)
+
+
+@pytest.fixture
+def gpu(b, spy):
+    with _over(b, spy, "12.4", device={"type": "cuda", "index": 0}, stream=STREAM) as be:
+        yield be
+
+
+@pytest.fixture
+def cpu(b, spy):
+    with _over(b, spy) as be:
+        yield be
+
+
+class _Producer:
+    """A DLPack producer over a NumPy array's memory, claiming the device, dtype and flags a test gives."""
+
+    def __init__(self, a, device=(1, 0), dtype=None, read_only=False, versioned=False):
+        self.a, self.device, self.read_only, self.versioned = a, device, read_only, versioned
+        self.dtype = dtype or abi.CDtype(*{"f": (2, 32), "i": (0, 32)}[a.dtype.kind], 1)
+        self.streams = []
+
+    def __dlpack_device__(self):
+        return self.device
+
+    def __dlpack__(self, stream=None, **_):
+        self.streams.append(stream)
+        return dlpack.export(
+            self.a, self.a.ctypes.data, self.device, self.dtype, self.a.shape, self.versioned, self.read_only
+        )
+
+
+class _OldProducer(_Producer):
+    def __dlpack__(self):  # from before DLPack's stream keyword
+        return super().__dlpack__()
+
+
+class _CudaArray:
+    """A CUDA array as CuPy/Numba present it (__cuda_array_interface__ v3)."""
+
+    def __init__(self, shape=(4,), typestr="<f4", data=(0xD000, False), **more):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": data, "version": 3, **more}
+
+
+class _CupyArray(_CudaArray):
+    __module__ = "cupy._core.core"
+
+
+class _TorchCudaTensor(_CudaArray):
+    __module__ = "torch"
+
+
+def test_a_cuda_tensor_exports_the_cuda_array_interface_on_the_instance_stream(b, spy, gpu):
+    t = gpu.buffer(np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert t.device == t.__dlpack_device__() == (2, 0)
+    assert t.__cuda_array_interface__ == {
+        "shape": (2, 3),
+        "typestr": "<f4",
+        "data": (t.data_ptr, False),
+        "strides": None,
+        "version": 3,
+        "stream": STREAM,
+    }
+    with _over(b, spy, "12.4", device={"type": "cuda"}) as legacy:  # an instance on the legacy default stream
+        assert legacy.stream == 0 and gpu.stream == STREAM
+        assert legacy.buffer(np.ones(2, np.int64)).__cuda_array_interface__["stream"] == 1  # CAI v3 reserves 0
+    assert not hasattr(gpu.empty(2, "bfloat16"), "__cuda_array_interface__")  # no typestr: DLPack only
+    assert not hasattr(b.empty(2), "__cuda_array_interface__")  # a CPU tensor
+    with pytest.raises(AttributeError, match="CPU tensor"):
+        b.empty(2).__cuda_array_interface__  # noqa: B018 - the property is the call under test
+    t.free()
+    with pytest.raises(cuplug.BackendError, match="not a live"):
+        t.__cuda_array_interface__  # noqa: B018
+
+
+def test_a_backend_says_its_device_and_stream_from_its_ping(b, spy):
+    with _over(b, spy, "12.4", device={"type": "cuda", "index": 1}, stream="7") as be:
+        assert (be.device_type, be.device_index, be.stream, be.cuda) == (2, 1, 7, "12.4")
+        assert be.empty(1).device == (2, 1)
+    with _over(b, spy, "12.4", device=None, stream=None) as be:  # a CUDA variant that does not say: cuda:0
+        assert (be.device_type, be.device_index, be.stream) == (2, 0, 0)
+    with _over(b, spy, None, device={"index": None}) as be:  # the CPU twin
+        assert (be.device_type, be.device_index) == (1, 0) and be.empty(1).device == (1, 0)
+    bare = api.Backend(spy, b._core.lib.create(None), {})
+    assert (bare.variant, bare.name, bare.device_type, list(bare.ops)) == ("unknown", "", 1, [])
+    bare.close()
+
+
+def test_dlpack_export_makes_the_consumer_stream_wait_for_the_instance_stream(gpu, spy):
+    t = gpu.buffer(np.ones(4, np.float32))
+    for stream, waits in ((None, [(1, 0)]), (7, [(7, 0)]), (0, [(1, 0)]), (STREAM, []), (-1, [])):
+        spy.log.clear()
+        t.__dlpack__(stream=stream)  # None: the legacy default stream; -1: the consumer orders by itself
+        assert spy.entries("stream_wait") == waits, stream
+
+
+def test_a_cpu_tensor_export_waits_for_no_stream(cpu, spy):
+    t = cpu.buffer(np.ones(4, np.float32))
+    spy.log.clear()
+    t.__dlpack__(stream=7)
+    assert spy.entries("stream_wait") == []
+
+
+def test_dlpack_export_honours_max_version_copy_and_device(b):
+    t = b.buffer(np.arange(3, dtype=np.float32))
+    for max_version, name in ((None, b"dltensor"), ((0, 8), b"dltensor"), ((1, 0), b"dltensor_versioned")):
+        cap = t.__dlpack__(max_version=max_version)
+        assert dlpack._obj_api.PyCapsule_IsValid(cap, name), max_version
+    with pytest.raises(BufferError, match="without a copy"):
+        t.__dlpack__(copy=True)
+    cap = t.__dlpack__(copy=False, dl_device=(1, 0))  # no copy needed, already on the CPU: accepted
+    assert dlpack._obj_api.PyCapsule_IsValid(cap, b"dltensor")
+    with pytest.raises(BufferError, match=r"cannot export to device \(2, 0\)"):
+        t.__dlpack__(dl_device=(2, 0))
+
+
+def test_a_given_stream_orders_the_launch_after_the_tensors_and_the_instance_after_the_launch(gpu, spy):
+    t = gpu.buffer(np.arange(4, dtype=np.float32))
+    spy.log.clear()
+    r = gpu.run("add", t, t)  # the instance stream: every tensor was written there, nothing to wait for
+    assert spy.waits_around_the_call() == ([], 0, [])
+    for given, c_launch in ((7, 7), (0, 1)):  # a framework's stream 0 is the legacy default stream
+        spy.log.clear()
+        r = gpu.run("add", t, t, stream=given)
+        before, launched, after = spy.waits_around_the_call()
+        assert launched == c_launch and set(before) == {(c_launch, STREAM)} and after == [(0, c_launch)]
+    np.testing.assert_array_equal(r.to_host(), [0, 2, 4, 6])
+
+
+def test_a_cuda_array_is_read_in_place_on_its_device(gpu, spy):
+    spy.answers["call"] = 0  # the CPU library cannot read device memory; what it is given is the point
+    x = _CudaArray(shape=(2, 3), typestr="<i4", data=(0xD000, True), strides=(12, 4))  # read-only input
+    r = gpu.run("scale_add", x, alpha=2, beta=1)
+    assert isinstance(r, cuplug.Tensor) and r.shape == (2, 3) and r.dtype.name == "int32"
+    op, inputs, outputs, attrs, _ = spy.entries("call")[0]
+    assert op == "scale_add" and attrs == {"alpha": (abi.ATTR_FLOAT64, 2.0), "beta": (abi.ATTR_FLOAT64, 1.0)}
+    assert inputs == [{"data": 0xD000, "device": (2, 0), "dtype": (0, 32, 1), "shape": [2, 3]}]
+    assert outputs[0]["data"] == r.data_ptr and outputs[0]["shape"] == [2, 3]
+    gpu.run("sum", _CudaArray(shape=(0,), data=(None, False)))  # an empty array may have no pointer
+    assert spy.entries("call")[-1][1][0]["data"] == 0
+
+
+@pytest.mark.parametrize(
+    ("cai", "match"),
+    [
+        ({"typestr": "<c8"}, r"typestr '<c8' is not supported"),
+        ({"typestr": ">f4"}, "typestr"),
+        ({"mask": (0xE000, False)}, "masked arrays"),
+        ({"strides": (8,)}, "C-contiguous"),
+        ({"strides": (2,)}, "C-contiguous"),  # not a whole number of elements
+        ({"shape": (2, 3), "strides": (4, 8)}, "C-contiguous"),  # Fortran order
+    ],
+)
+def test_unusable_cuda_arrays_are_refused_before_c(gpu, spy, cai, match):
+    with pytest.raises(cuplug.InvalidInputError, match=match):
+        gpu.run("sum", _CudaArray(**cai))
+    assert spy.entries("call") == []
+
+
+def test_a_read_only_cuda_array_is_refused_as_out(gpu, spy):
+    spy.answers["call"] = 0
+    x = _CudaArray()
+    gpu.run("add", x, x, out=_CudaArray(strides=(4,)))  # writable, contiguous strides given
+    with pytest.raises(cuplug.InvalidInputError, match="out out: the producer marks this array read-only"):
+        gpu.run("add", x, x, out=_CudaArray(data=(0xE000, True)))
+
+
+def test_a_cuda_array_interface_stream_is_waited_for(gpu, spy):
+    spy.answers["call"] = 0
+    x = _CudaArray(stream=99)
+    gpu.run("sum", x)
+    assert spy.waits_around_the_call()[0] == [(0, 99)]  # the instance stream (0 to C) waits for the producer's
+    spy.log.clear()
+    gpu.run("sum", _CudaArray(stream=STREAM))  # already the instance stream: nothing to wait for
+    assert spy.waits_around_the_call()[0] == []
+
+
+def test_the_producers_current_stream_waits_for_the_result(gpu, spy, monkeypatch):
+    """CuPy's and PyTorch's current stream wait for the instance stream after a call on it, so the caller's
+    next kernel sees the result without a synchronize (the module docstring's promise)."""
+    spy.answers["call"] = 0
+    current = {"cupy": 4242, "torch": 77}
+    cupy = type(sys)("cupy")
+    cupy.cuda = type(sys)("cupy.cuda")
+    cupy.cuda.get_current_stream = lambda: type("S", (), {"ptr": current["cupy"]})()
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    asked = []
+
+    def current_stream(device):
+        asked.append(device)
+        return type("S", (), {"cuda_stream": current["torch"]})()
+
+    monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
+    x, y = _CupyArray(), _CupyArray()
+    gpu.run("add", x, y)
+    assert spy.waits_around_the_call()[2] == [(4242, 0)]  # once for the stream both came from
+    spy.log.clear()
+    gpu.run("add", _TorchCudaTensor(), _TorchCudaTensor())
+    assert spy.waits_around_the_call()[2] == [(77, 0)] and asked == [0, 0]
+    current["cupy"] = 0  # CuPy's default stream is the legacy one: 1 to C, never the instance's 0
+    spy.log.clear()
+    gpu.run("sum", x)
+    assert spy.waits_around_the_call()[2] == [(1, 0)]
+    spy.log.clear()
+    gpu.run("sum", x, stream=5)  # a given stream: the caller orders what follows on it, no framework is asked
+    assert spy.waits_around_the_call()[2] == [(0, 5)]  # only the instance stream waits for the given one
+    spy.log.clear()
+    gpu.run("sum", _CudaArray())  # no framework behind it
+    assert spy.waits_around_the_call()[2] == []
+
+    def broken():
+        raise RuntimeError("no current stream")
+
+    cupy.cuda.get_current_stream = broken  # a framework that cannot say: the call still runs
+    spy.log.clear()
+    assert isinstance(gpu.run("sum", x), cuplug.Tensor) and spy.waits_around_the_call()[2] == []
+
+
+def test_a_cuda_dlpack_operand_is_asked_for_the_launch_stream(gpu, spy):
+    spy.answers["call"] = 0
+    a = np.arange(4, dtype=np.float32)
+    for given, asked in ((None, STREAM), (9, 9), (0, 1)):  # never 0: DLPack reserves it
+        p = _Producer(a, device=(2, 0))
+        gpu.run("sum", p, stream=given)
+        assert p.streams == [asked]
+        assert spy.entries("call")[-1][1] == [
+            {"data": a.ctypes.data, "device": (2, 0), "dtype": (2, 32, 1), "shape": [4]}
+        ]
+    old = _OldProducer(a, device=(2, 0))
+    gpu.run("sum", old)
+    assert old.streams == [None]
+
+
+def test_a_dlpack_operand_on_another_device_is_refused_naming_both(b, gpu):
+    a = np.ones(4, np.float32)
+    with pytest.raises(cuplug.InvalidInputError, match=r"is on cuda:1, this backend on cuda:0.*device=1"):
+        gpu.run("sum", _Producer(a, device=(2, 1)))
+    for be in (b, gpu):
+        with pytest.raises(cuplug.InvalidInputError, match="DLPack device type 10 is neither the host nor CUDA"):
+            be.run("sum", _Producer(a, device=(10, 0)))
+
+
+def test_host_dlpack_operands(b):
+    x = np.arange(4, dtype=np.float32)
+    pinned = _Producer(x, device=(3, 0))  # cudaMallocHost memory is host memory
+    assert list(b.run("add", pinned, pinned)) == [0, 2, 4, 6]
+    assert b.run("sum", _Producer(x, read_only=True, versioned=True)) == 6.0  # a read-only input is fine
+    out = np.zeros(4, np.float32)
+    with pytest.raises(cuplug.InvalidInputError, match="producer marks this tensor read-only"):
+        b.run("add", x, x, out=_Producer(out, read_only=True, versioned=True))
+    b.run("add", x, x, out=_Producer(out, versioned=True))
+    np.testing.assert_array_equal(out, x + x)
+    with pytest.raises(cuplug.InvalidInputError, match="2 lanes"):
+        b.run("sum", _Producer(x, dtype=abi.CDtype(2, 32, 2)))
+
+
+def test_device_operands_and_host_operands_do_not_mix(gpu):
+    t = gpu.buffer(np.ones(3, np.float32))
+    h = np.ones(3, np.float32)
+    with pytest.raises(cuplug.InvalidInputError, match="a mix of host and device inputs"):
+        gpu.run("add", t, h)
+    with pytest.raises(cuplug.InvalidInputError, match="out out must be on the same side as the inputs"):
+        gpu.run("add", t, t, out=h)
+    with pytest.raises(cuplug.InvalidInputError, match="out out must be on the same side as the inputs"):
+        gpu.run("add", h, h, out=t)
+    with pytest.raises(cuplug.InvalidInputError, match="buffer\\(\\): the source must be a host array"):
+        gpu.buffer(t)
+    with pytest.raises(cuplug.InvalidInputError, match="upload: the source must be a host array"):
+        t.upload(t)
+    with pytest.raises(cuplug.InvalidInputError, match="to_host: out must be a host array"):
+        t.to_host(out=t)
+
+
+def test_a_cuda_operand_on_the_cpu_backend_says_why_cuda_did_not_serve(b):
+    x = _CudaArray()
+    with pytest.raises(cuplug.InvalidInputError, match=r"on a CUDA device, but this is the CPU backend \(forced"):
+        b.run("sum", x)
+    b.trace = type("T", (), {"decision_code": "driver-too-old", "decision_reason": "driver 11.2 < 12.0"})()
+    with pytest.raises(cuplug.InvalidInputError, match=r"CPU backend \(CUDA could not serve: driver-too-old: driver"):
+        b.run("sum", _Producer(np.ones(2, np.float32), device=(2, 3)))
+    b.trace = None
+    with pytest.raises(cuplug.InvalidInputError, match=r"is on cuda:3, but this is the CPU backend: pass a host"):
+        b.run("sum", _Producer(np.ones(2, np.float32), device=(2, 3)))
+
+
+# ---- status codes from C: each a documented error, with the backend's message
+
+
+@pytest.mark.parametrize(
+    ("rc", "error"),
+    [
+        (abi.E_BAD_BUFFER, cuplug.contract.errors.BufferError_),
+        (abi.E_OUT_OF_MEMORY, cuplug.OutOfMemoryError),
+        (abi.E_UNKNOWN_OP, cuplug.UnknownOpError),
+        (abi.E_INVALID_ARGUMENT, cuplug.InvalidInputError),
+        (abi.E_BUFFER_TOO_SMALL, cuplug.InvalidInputError),
+        (abi.E_WRONG_DEVICE, cuplug.InvalidInputError),
+        (abi.E_DEVICE, cuplug.BackendError),
+        (abi.E_NO_KERNEL_IMAGE, cuplug.BackendError),
+        (-42, cuplug.BackendError),
+    ],
+)
+def test_status_codes_become_the_documented_errors(cpu, spy, rc, error):
+    spy.answers.update(call=rc, last_error="the device said no")
+    x = np.ones(2, np.float32)
+    with pytest.raises(error, match=r"^add: the device said no$") as got:
+        cpu.run("add", x, x)
+    assert type(got.value) is error
+    if issubclass(error, cuplug.BackendError):
+        assert got.value.status == rc
+    spy.answers.update(last_error="add: said with its own prefix")
+    with pytest.raises(error, match=r"^add: said with its own prefix$"):
+        cpu.run("add", x, x)
+    spy.answers.update(last_error="")
+    with pytest.raises(error, match=rf"^add: error {rc}$"):
+        cpu.run("add", x, x)
+
+
+def test_out_of_memory_is_a_memory_error(cpu, spy):
+    spy.answers.update(alloc=abi.E_OUT_OF_MEMORY, last_error="alloc: out of device memory")
+    with pytest.raises(MemoryError, match=r"^alloc: out of device memory$"):
+        cpu.empty(1 << 20)
+
+
+def test_info_pings_afresh(cpu, spy):
+    assert cpu.info()["sass"] == [] == cpu.info()["ptx"]  # the CPU twin targets nothing
+    spy.answers["ping"] = lambda h: (0, '{"backend": "vector", "sass": "sm_80,sm_90,", "ptx": "sm_90", "x": 1}')
+    assert cpu.info() == {"backend": "vector", "sass": ["sm_80", "sm_90"], "ptx": ["sm_90"], "x": 1}
+    spy.answers["ping"] = lambda h: (abi.E_DEVICE, "the device fell off the bus")
+    with pytest.raises(cuplug.BackendError, match=r"^ping: the device fell off the bus$") as got:
+        cpu.info()
+    assert got.value.status == abi.E_DEVICE
+    cpu.close()
+    with pytest.raises(cuplug.BackendClosedError):
+        cpu.info()
+
+
+def test_sync_waits_on_the_instance_and_reports_its_failure(cpu, spy):
+    cpu.sync()
+    assert spy.entries("sync") == [()]
+    spy.answers.update(sync=abi.E_DEVICE, last_error="sync: an earlier kernel faulted")
+    with pytest.raises(cuplug.BackendError, match=r"^sync: an earlier kernel faulted$"):
+        cpu.sync()
+    cpu.close()
+    with pytest.raises(cuplug.BackendClosedError):
+        cpu.sync()
+
+
+def test_integer_attributes_reach_c_as_int64(b, spy):
+    ops = {
+        "quant": {
+            "inputs": [{"name": "x", "dtypes": ["float32"]}],
+            "outputs": [{"name": "q", "dtype": {"fixed": "int8"}, "shape": {"like": 0}}],
+            "attrs": [
+                {"name": "blocksize", "kind": "int64", "default": 256},
+                {"name": "scale", "kind": "float64", "default": 1.0},
+            ],
+        }
+    }
+    spy.answers["call"] = 0
+    with _over(b, spy, ops=ops) as be:
+        q = be.run("quant", np.ones(3, np.float32), blocksize=(1 << 53) + 1, scale=0.5)
+    assert q.dtype == np.int8 and q.shape == (3,)
+    assert spy.entries("call")[0][3] == {"blocksize": (abi.ATTR_INT64, (1 << 53) + 1), "scale": (abi.ATTR_FLOAT64, 0.5)}
+
+
+# ---- resident tensors: lifetimes, copies, checks
+
+
+def test_a_dropped_tensor_is_freed_once_and_a_closed_backend_destroyed_once(cpu, spy):
+    t = cpu.empty(4)
+    tid = t.id
+    del t
+    gc.collect()
+    assert spy.entries("free") == [(tid,)]
+    kept, held = cpu.empty(4), cpu.buffer(np.arange(3, dtype=np.float32))
+    exported = np.from_dlpack(held)
+    spy.log.clear()
+    cpu.close()
+    assert spy.entries("free") == [(kept.id,)] and spy.entries("destroy") == []  # a consumer holds `held`
+    held_id = held.id
+    del held
+    gc.collect()
+    assert spy.entries("destroy") == []
+    np.testing.assert_array_equal(exported, [0, 1, 2])
+    del exported
+    gc.collect()
+    assert spy.entries("free") == [(kept.id,), (held_id,)] and len(spy.entries("destroy")) == 1
+
+
+def test_a_dropped_backend_is_closed(b, spy):
+    be = _over(b, spy)
+    be.empty(4)
+    del be
+    gc.collect()
+    assert len(spy.entries("free")) == 1 and len(spy.entries("destroy")) == 1
+
+
+def test_free_frees_once_and_only_what_the_tensor_owns(cpu, spy):
+    t = cpu.empty(4)
+    t.free()
+    assert spy.entries("free") == [(t.id,)]
+    with pytest.raises(cuplug.contract.errors.BufferError_, match="not a live buffer"):
+        t.free()
+    assert len(spy.entries("free")) == 1
+    other = cpu.empty(4)
+    with pytest.raises(cuplug.contract.errors.BufferError_, match="does not own buffer"):
+        cuplug.Tensor(cpu, other.id, 4).free()  # a second object for another's id
+    np.testing.assert_array_equal(other.to_host(out=np.ones(4, np.float32)), other.to_host(out=np.ones(4, np.float32)))
+
+
+def test_the_tensors_of_a_closed_backend_refuse_use(b):
+    with cuplug.load() as be:
+        t = be.buffer(np.ones(2, np.float32))
+    assert be.closed
+    for use in (t.free, t.to_host, lambda: t.data_ptr, lambda: t.upload(np.ones(2, np.float32))):
+        with pytest.raises(cuplug.BackendClosedError, match="closed"):
+            use()
+    with pytest.raises(cuplug.BackendClosedError, match="already closed"):
+        be.close()
+
+
+def test_closing_inside_with_is_not_closing_twice():
+    with cuplug.load() as be:
+        assert not be.closed
+        be.close()
+    assert be.closed
+
+
+def test_reprs_say_what_and_where(b):
+    assert repr(b) == "<cuplug.Backend vector/cpu open>"
+    t = b.empty((2, 3), "int64")
+    assert repr(t) == f"<cuplug.Tensor id={t.id:#x} int64[2, 3] on cpu>"
+    b.close()
+    assert repr(b) == "<cuplug.Backend vector/cpu closed>"
+
+
+def test_empty_takes_a_length_or_a_shape(b):
+    assert b.empty(3).shape == (3,) and b.empty((2, 0)).shape == (2, 0) and b.empty([]).shape == ()
+    t = b.empty((3, 4), "int64")
+    assert (t.n, t.nbytes, t.dtype.name) == (12, 96, "int64")
+    assert (b.empty(()).n, b.empty((), "float16").nbytes, b.empty((0, 5)).nbytes) == (1, 2, 0)
+    for bad in (0, -1):
+        with pytest.raises(cuplug.InvalidInputError, match="buffer length must be a positive int"):
+            b.empty(bad)
+    for bad in ((2, -1), (True,), (2.0,), ("2",)):
+        with pytest.raises(cuplug.InvalidInputError, match="shape must be non-negative ints"):
+            b.empty(bad)
+    with pytest.raises(cuplug.InvalidInputError, match="complex64"):
+        b.empty(2, "complex64")
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "float16", "uint8"])
+def test_a_resident_tensor_keeps_the_dtype_and_shape_of_its_source(b, dtype):
+    x = _random(dtype, (2, 3), 5)
+    t = b.buffer(x)
+    assert t.dtype.name == dtype and t.shape == (2, 3)
+    got = t.to_host()
+    assert got.dtype == x.dtype and got.shape == (2, 3)
+    np.testing.assert_array_equal(got, x)
+    assert b.buffer(np.float32(2.5)).shape == () and b.buffer(np.float32(2.5)).to_host() == 2.5
+
+
+def test_host_copies_check_the_dtype_not_only_the_item_size(b):
+    t = b.empty(4, "float32")
+    with pytest.raises(cuplug.InvalidInputError, match=r"upload: source has 4 elements of int32\[4\], tensor has 4"):
+        t.upload(np.ones(4, np.int32))
+    with pytest.raises(cuplug.InvalidInputError, match=r"upload: source has 5 elements"):
+        t.upload(np.ones(5, np.float32))
+    with pytest.raises(cuplug.InvalidInputError, match=r"download: out has 4 elements of int32\[4\]"):
+        t.to_host(out=np.ones(4, np.int32))
+    read_only = np.ones(4, np.float32)
+    read_only.flags.writeable = False
+    with pytest.raises(cuplug.InvalidInputError, match="read-only"):
+        t.to_host(out=read_only)
+    t.upload(np.arange(4, dtype=np.float32).reshape(2, 2))  # the same element count in another shape
+    np.testing.assert_array_equal(t.to_host(), [0, 1, 2, 3])
+
+
+def test_resident_results_come_back_of_the_callers_kind(b):
+    assert isinstance(b.buffer(array.array("i", [1, 2])).to_host(), array.array)
+    assert isinstance(b.buffer(torch.ones(2)).to_host(), torch.Tensor)
+    assert isinstance(b.run("add", b.buffer(np.ones(2, np.float32)), b.empty(2)).to_host(), np.ndarray)
+
+
+def test_resident_out_is_written_and_returned(b):
+    t = b.buffer(np.arange(3, dtype=np.float32))
+    out = b.empty(3)
+    assert b.run("add", t, t, out=out) is out and b.run("add", t, t, out=[out]) is out
+    np.testing.assert_array_equal(out.to_host(), [0, 2, 4])
+    with pytest.raises(cuplug.InvalidInputError, match=r"out has 3 elements \(float32\[3\]\); out must be int32"):
+        b.run("add", b.buffer(np.ones(3, np.int32)), b.buffer(np.ones(3, np.int32)), out=out)
+
+
+def test_out_of_the_right_size_but_the_wrong_shape_is_refused(b):
+    x = np.ones(3, np.float32)
+    with pytest.raises(cuplug.InvalidInputError, match=r"out has 3 elements \(float32\[3, 1\]\); out must be"):
+        b.run("add", x, x, out=np.ones((3, 1), np.float32))
+    with pytest.raises(cuplug.InvalidInputError, match=r"out must be float32\[3\]"):
+        b.run("add", x, x, out=np.ones(3, np.int32))  # the same item size, another kind
+
+
+def test_empty_and_read_only_host_operands(b, cpu, spy):
+    e = np.empty(0, np.float32)
+    assert b.run("add", e, e).shape == (0,) and b.run("sum", e) == 0.0
+    x = np.arange(4, dtype=np.float32)
+    x.flags.writeable = False
+    np.testing.assert_array_equal(cpu.run("add", x, x), [0, 2, 4, 6])
+    assert spy.entries("call")[-1][1][0]["data"] == x.ctypes.data  # read in place, never copied
+
+
+def test_half_precision_host_results_without_numpy(b, monkeypatch):
+    from cuplug.runtime.hostbuf import HostBuffer
+
+    h = HostBuffer(cuplug.contract.dtypes.BY_NAME["float16"], (2,))
+    h.fill([1.5, 2.0])
+    assert b.run("add", h, h).dtype == np.float16  # NumPy where it is there
+    monkeypatch.setitem(sys.modules, "numpy", None)  # and where it is not
+    with pytest.raises(cuplug.InvalidInputError, match="a float16 host result needs NumPy or PyTorch"):
+        b.run("add", h, h)
+    assert b.run("sum", h) == 3.5
+
+
+def test_stream_handles_of_every_kind():
+    from cuplug.runtime.api import stream_handle
+
+    class Attribute:
+        __cuda_stream__ = (0, 55)
+
+    class CupyLike:
+        ptr = 66
+
+    class CudaCoreLike:
+        handle = 88
+
+    class NotAStream:
+        cuda_stream = "77"
+
+    assert [stream_handle(s) for s in (0, Attribute(), CupyLike(), CudaCoreLike())] == [0, 55, 66, 88]
+    with pytest.raises(cuplug.InvalidInputError, match="got NotAStream"):
+        stream_handle(NotAStream())
+
+
+def test_a_cuda_backend_refuses_work_in_a_forked_child(b, spy, gpu):
+    """A CUDA context does not survive fork(): the child's CUDA instances refuse with a clear error and free
+    nothing of the parent's context; its CPU instances go on working."""
+    t = gpu.empty(4)
+    pid = os.fork()
+    if pid == 0:
+        failed = 0
+        try:
+            try:
+                gpu.run("add", t, t)
+                failed |= 1
+            except cuplug.BackendError as exc:
+                if "does not survive fork()" not in str(exc) or exc.status != abi.E_DEVICE:
+                    failed |= 2
+                if f"created in process {os.getppid()}" not in str(exc):
+                    failed |= 4
+            if b.run("sum", np.ones(3, np.float32)) != 3.0:
+                failed |= 8
+            spy.log.clear()
+            del t
+            gpu.close()
+            gc.collect()
+            if spy.entries("free") or spy.entries("destroy"):
+                failed |= 16
+        except BaseException:
+            failed |= 32
+        finally:
+            os._exit(failed)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(gpu.run("add", t, t).to_host()) == 4  # the parent's instance is untouched

@@ -543,7 +543,10 @@ class Backend:
                 if a.host != host:
                     raise InvalidInputError(f"{op}: out {sig.outputs[i].name} must be on the same side as the inputs")
         elif host and not resident:
-            results = [_new_host(inputs[0] if inputs else None, dt, shape) for dt, shape in out_specs]
+            results = [
+                _host_result(inputs[0] if inputs else None, dt, shape, bool(o.shape_rule.get("scalar")))
+                for (dt, shape), o in zip(out_specs, sig.outputs, strict=True)
+            ]
             # array.array holds a flat copy of any shape: the descriptor carries the op's shape.
             out_args = [
                 _reshaped(self._arg(r, f"{op}: out", True, None), shape)
@@ -610,11 +613,11 @@ class Backend:
     # ---- resident tensors
     def empty(self, shape: int | tuple[int, ...] | list[int], dtype: Any = "float32") -> Tensor:
         """A resident tensor (device memory on CUDA) of ``shape`` and ``dtype``; contents undefined."""
+        if isinstance(shape, int) and not isinstance(shape, bool) and shape <= 0:  # a length, as in ABI v1
+            raise InvalidInputError(f"buffer length must be a positive int, got {shape!r}")
         dims: tuple[int, ...] = (shape,) if isinstance(shape, int) else tuple(shape)
         if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims):
             raise InvalidInputError(f"shape must be non-negative ints, got {shape!r}")
-        if isinstance(shape, int) and shape <= 0:
-            raise InvalidInputError(f"buffer length must be a positive int, got {shape!r}")
         try:
             dt = dtypes.from_name(dtype)
         except ValueError as exc:
@@ -692,15 +695,27 @@ def _new_host(template: Any, dt: dtypes.DType, shape: tuple[int, ...]) -> Any:
     return array.array(dt.array_code, bytes(dt.itemsize * max(signature.numel(shape), 1 if shape == () else 0)))
 
 
-def _scalar(result: Any) -> Any:
-    """The one element of a host or resident scalar result, as a Python number."""
-    if isinstance(result, Tensor):  # through cuplug's own host memory: float16/bfloat16 need no NumPy
+def _host_result(template: Any, dt: dtypes.DType, shape: tuple[int, ...], scalar: bool) -> Any:
+    """A host output; a scalar one of a dtype array.array lacks (float16, bfloat16) in cuplug's own host
+    memory, so ``run("sum", x)`` answers a Python number without NumPy."""
+    if scalar and not dt.array_code:
         from .hostbuf import HostBuffer
 
+        return HostBuffer(dt, shape)
+    return _new_host(template, dt, shape)
+
+
+def _scalar(result: Any) -> Any:
+    """The one element of a host or resident scalar result, as a Python number."""
+    from .hostbuf import HostBuffer
+
+    if isinstance(result, Tensor):  # through cuplug's own host memory: float16/bfloat16 need no NumPy
         host = HostBuffer(result.dtype, result.shape)
         result.to_host(out=host)
         result.free()
-        value = host.values()[0]
+        result = host
+    if isinstance(result, HostBuffer):
+        value = result.values()[0]
         return value if result.dtype.is_float else int(value)
     return result.item() if hasattr(result, "item") else result[0]  # NumPy/PyTorch, or array.array
 

@@ -54,6 +54,9 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "runtime/library.py": (["tests/test_library.py"], ["tests/test_reliability.py", "tests/test_hostile_failures.py"]),
     "runtime/api.py": (["tests/test_api.py", "tests/test_api_v2.py"], ["tests/test_hostile_fork.py"]),
+    # the ABI binding: an op's declared signature read and checked, DLPack import and export
+    "runtime/signature.py": (["tests/test_api_v2.py"], ["tests/test_api.py", "tests/test_cpu_abi_v2.py"]),
+    "runtime/dlpack.py": (["tests/test_api_v2.py"], ["tests/test_api.py", "tests/test_hostile_fork.py"]),
     "tools/cli.py": (
         ["tests/test_cli.py"],
         ["tests/test_driver_and_cli.py", "tests/test_operator_tools.py", "tests/test_hostile_config.py"],
@@ -76,9 +79,13 @@ for _m in (
     "runtime/loading.py",
     "runtime/library.py",
     "runtime/api.py",
+    "runtime/signature.py",
+    "runtime/dlpack.py",
 ):
     MODULES[_m][1].append(LAZY_IMPORTS)
-TIMEOUT_S = 120  # one mutant's whole test command; a hang counts as detected (timeout)
+# A mutant's test command may take this many times the unmutated run's (measured first, per module and
+# stage) before it counts as a hang (detected: timeout), so a slow suite is never mistaken for one.
+TIMEOUT_FACTOR, TIMEOUT_FLOOR_S = 3.0, 30.0
 
 
 def _test_command(tests: list[str]) -> str:
@@ -89,11 +96,11 @@ def _test_command(tests: list[str]) -> str:
     )
 
 
-def _config(module: str, python: str, tests: list[str]) -> str:
+def _config(module: str, python: str, tests: list[str], timeout: float) -> str:
     command = _test_command(tests).replace(sys.executable, python, 1)
     return f"""[cosmic-ray]
 module-path = "cuplug/{module}"
-timeout = {TIMEOUT_S}
+timeout = {timeout:.0f}
 excluded-modules = []
 test-command = "{command}"
 
@@ -126,8 +133,6 @@ def run_module(module: str, site: Path, work: Path, log: list[str]) -> dict[str,
     work.mkdir(parents=True, exist_ok=True)
     fast, rest = MODULES[module]
     cfg, full, db = (work / f"{_slug(module)}{end}" for end in (".fast.toml", ".toml", ".sqlite"))
-    cfg.write_text(_config(module, python, fast))
-    full.write_text(_config(module, python, fast + rest))
     db.unlink(missing_ok=True)
     target = site / "cuplug" / module
     before = _digest(target)
@@ -140,6 +145,24 @@ def run_module(module: str, site: Path, work: Path, log: list[str]) -> dict[str,
         "PYTHONDONTWRITEBYTECODE": "1",  # a mutant's bytecode must never be cached next to the real file
     }
     t0 = time.monotonic()
+    # The unmutated module first: its tests must pass (a red suite kills every mutant for nothing), and their
+    # time sets each stage's timeout.
+    baseline = {}
+    for name, tests in (("fast", fast), ("full", fast + rest)):
+        start = time.monotonic()
+        proc = subprocess.run(
+            _test_command(tests).replace(sys.executable, python, 1),
+            shell=True,
+            cwd=site,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"{module}: the unmutated {name} tests fail, fix them first:\n{proc.stdout[-3000:]}")
+        baseline[name] = time.monotonic() - start
+    cfg.write_text(_config(module, python, fast, max(TIMEOUT_FLOOR_S, TIMEOUT_FACTOR * baseline["fast"])))
+    full.write_text(_config(module, python, fast + rest, max(TIMEOUT_FLOOR_S, TIMEOUT_FACTOR * baseline["full"])))
     for step in (["cosmic-ray", "init", str(cfg), str(db)], ["cr-filter-operators", str(db), str(cfg)]):
         subprocess.run([str(bin_dir / step[0]), *step[1:]], cwd=site, env=env, check=True, capture_output=True)
     subprocess.run([str(bin_dir / "cosmic-ray"), "exec", str(cfg), str(db)], cwd=site, env=env, check=True)
@@ -150,6 +173,7 @@ def run_module(module: str, site: Path, work: Path, log: list[str]) -> dict[str,
         raise RuntimeError(f"{target} was left mutated: reinstall cuplug into {site.parents[2]}")
     result = summarize(module, db, target.read_text().splitlines())
     result["seconds"] = round(time.monotonic() - t0, 1)
+    result["baseline_s"] = {k: round(v, 1) for k, v in baseline.items()}
     log.append(f"{module}: {result['killed']} killed, {result['survived']} survived in {result['seconds']} s")
     print(log[-1], flush=True)
     return result
@@ -226,15 +250,15 @@ def report(results: list[dict[str, object]], out: Path, meta: dict[str, object])
         "place, each module against its own tests (`ci/mutants.py`, MODULES). Score = detected / (detected +",
         "survived), detected = killed + timeout + incompetent; `|` in annotations filtered (never evaluated).",
         "",
-        "| module | mutants | killed | timeout | incompetent | survived | score | with equivalents | target |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| module | mutants | killed | timeout | incompetent | survived | score | with equivalents | target | time |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         n = sum(int(r[k]) for k in ("killed", "timeout", "incompetent", "survived"))  # type: ignore[call-overload]
         met = "met" if (r["score_counting_equivalent"] or 0) >= TARGET else "**missed**"
         lines.append(
             f"| `{r['module']}` | {n} | {r['killed']} | {r['timeout']} | {r['incompetent']} | {r['survived']} | "
-            f"{_pct(r['score'])} | {_pct(r['score_counting_equivalent'])} | {met} |"
+            f"{_pct(r['score'])} | {_pct(r['score_counting_equivalent'])} | {met} | {r.get('seconds', '-')} s |"
         )
     for r in results:
         if not r["survivors"]:

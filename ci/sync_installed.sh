@@ -3,7 +3,7 @@
 # so in-process tests see edits without rebuilding the wheel. Usage: ci/sync_installed.sh VENV
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-SITE=$(echo "$1"/lib/python3*/site-packages)
+SITE=$(cd "$1" && echo "$PWD"/lib/python3*/site-packages)
 cd "$ROOT/loader/cuplug"
 find . \( -name '*.py' -o -name '*.json' \) -not -path '*/__pycache__/*' | while read -r f; do
   mkdir -p "$SITE/cuplug/$(dirname "$f")"

@@ -173,6 +173,7 @@ def run_module(module: str, site: Path, work: Path, log: list[str]) -> dict[str,
         raise RuntimeError(f"{target} was left mutated: reinstall cuplug into {site.parents[2]}")
     result = summarize(module, db, target.read_text().splitlines())
     result["seconds"] = round(time.monotonic() - t0, 1)
+    result["date"] = str(datetime.date.today())
     result["baseline_s"] = {k: round(v, 1) for k, v in baseline.items()}
     log.append(f"{module}: {result['killed']} killed, {result['survived']} survived in {result['seconds']} s")
     print(log[-1], flush=True)
@@ -322,12 +323,15 @@ def main(argv: list[str] | None = None) -> int:
 
     meta = {
         "date": str(datetime.date.today()),
-        "command": "python3 ci/nox.py -s mutants" + (f" -- {' '.join(modules)}" if args.modules else ""),
+        "command": "python3 ci/nox.py -s mutants [-- MODULE ...], one module set per run, merged by module",
         "machine": f"{os.uname().nodename}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}",
         "cosmic_ray": version("cosmic-ray"),
         "slots": len(args.slot),
     }
-    report([results[m] for m in modules], args.out, meta)
+    earlier = args.out / "mutants.json"  # modules run earlier into the same DIR stay in its report
+    kept = json.loads(earlier.read_text())["modules"] if earlier.is_file() else []
+    merged = {str(r["module"]): r for r in kept if r["module"] in MODULES} | results
+    report([merged[m] for m in MODULES if m in merged], args.out, meta)
     missed = [m for m in modules if (results[m].get("score") or 0) < TARGET]
     print(f"mutants: {len(modules) - len(missed)}/{len(modules)} modules at >= {TARGET:.0%} before equivalents")
     return 0

@@ -102,7 +102,8 @@ def mutants(session: nox.Session) -> None:
         py = venv / "bin" / "python"
         if not py.exists():
             session.run(sys.executable, "-m", "venv", str(venv), external=True)
-            session.run(str(py), "-m", "pip", "install", "-q", *TEST_DEPS, *MUTANT_DEPS, external=True)
+        # the session's own requirements (pyelftools for inspect among them): cuplug goes in with --no-deps
+        session.run(str(py), "-m", "pip", "install", "-q", *BUILD_TOOLS, *TEST_DEPS, *MUTANT_DEPS, external=True)
         session.run(str(py), "-m", "pip", "install", "-q", *reinstall, external=True)
         sites.append(venv / "lib" / pyver / "site-packages")
     session.env.update(CUPLUG_TEST_WHEELS=str(wheels_dir), CUPLUG_TEST_DEPS=str(DEPS))

@@ -257,6 +257,8 @@ def report(results: list[dict[str, object]], out: Path, meta: dict[str, object])
     for r in results:
         n = sum(int(r[k]) for k in ("killed", "timeout", "incompetent", "survived"))  # type: ignore[call-overload]
         met = "met" if (r["score_counting_equivalent"] or 0) >= TARGET else "**missed**"
+        if r.get("error"):
+            met = "**did not run** (mutants.json says why)"
         lines.append(
             f"| `{r['module']}` | {n} | {r['killed']} | {r['timeout']} | {r['incompetent']} | {r['survived']} | "
             f"{_pct(r['score'])} | {_pct(r['score_counting_equivalent'])} | {met} | {r.get('seconds', '-')} s |"
@@ -313,6 +315,10 @@ def main(argv: list[str] | None = None) -> int:
         site = free.pop()
         try:
             results[module] = run_module(module, site, args.work, log)
+        except (RuntimeError, subprocess.CalledProcessError) as exc:  # the other modules still run and report
+            zero = dict.fromkeys(("killed", "survived", "incompetent", "timeout", "skipped"), 0)
+            results[module] = {"module": module, **zero, "error": str(exc)[-2000:], "survivors": [], "score": None}
+            print(f"mutants: {module} did not run: {exc}", flush=True)
         finally:
             free.append(site)
 

@@ -433,6 +433,18 @@ def test_scale_add_on_integers_needs_integral_alpha_and_beta(lib, handle):
     assert "int32" in msg and "alpha=2.5" in msg and "beta=0" in msg, msg  # the op's own message
 
 
+@pytest.mark.parametrize("dtype", INTS)
+def test_scale_add_on_integers_refuses_a_fractional_beta_too(lib, handle, dtype):
+    """beta is checked like alpha: an integer tensor's scale_add with beta 0.5 (or -2.25) is refused with the
+    op's message, never truncated silently; the output is left as it was."""
+    x = np.arange(8, dtype=DTYPES[dtype][2])
+    out = np.full_like(x, 9)
+    for beta in (0.5, -2.25):
+        rc = lib.call(handle, "scale_add", [tensor(x, dtype)], [tensor(out, dtype)], [attr("beta", beta)])
+        expect_error(lib, handle, rc, E_INVALID_ARGUMENT, f"must be integers for an {dtype} tensor", f"beta={beta}")
+    assert (out == 9).all()
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("n", [0, 1, 3, 4, 1000, 1 << 16])
 def test_sum_of_floats_is_float64_accurate(lib, handle, dtype, n):
@@ -544,6 +556,71 @@ def test_zero_element_and_zero_dim_tensors(lib, handle):
     x = np.ones(4, dtype=np.float32)
     assert lib.call(handle, "add", [tensor(x, data=0), tensor(x)], [tensor(x)]) == E_INVALID_ARGUMENT
     assert "NULL data pointer" in lib.error(handle)
+
+
+def test_a_one_element_tensor_with_a_null_data_pointer_is_refused(lib, handle):
+    """Only a tensor of 0 elements may have a NULL data pointer: a 0-d scalar or a (1,) tensor has one
+    element to read or write, so NULL is refused (not dereferenced), naming the operand."""
+    one = np.array(2.0, dtype=np.float32)
+    out = np.zeros((), dtype=np.float32)
+    for shape in [(), (1,), (1, 1)]:
+        expect_error(
+            lib,
+            handle,
+            lib.call(handle, "sum", [tensor(one, shape=shape, data=0)], [tensor(out)]),
+            E_INVALID_ARGUMENT,
+            "sum: x has a NULL data pointer",
+        )
+        expect_error(
+            lib,
+            handle,
+            lib.call(
+                handle, "add", [tensor(one, shape=shape), tensor(one, shape=shape)], [tensor(one, shape=shape, data=0)]
+            ),
+            E_INVALID_ARGUMENT,
+            "add: out has a NULL data pointer",
+        )
+    assert one == 2.0 and out == 0
+
+
+def test_ndim_bounds_are_0_to_32_inclusive(lib, handle):
+    """cuplug accepts 0..32 dimensions: 32 (the documented maximum) works in calls and resident tensors; a
+    negative ndim is refused as such, never read as a scalar."""
+    x = np.arange(1, 3, dtype=np.float64)
+    s = np.zeros((), dtype=np.float64)
+    shape32 = (2,) + (1,) * 31
+    assert lib.call(handle, "sum", [tensor(x, shape=shape32)], [tensor(s)]) == OK, lib.error(handle)
+    assert s == 3.0
+    out = np.zeros_like(x)
+    assert lib.call(handle, "add", [tensor(x, shape=shape32)] * 2, [tensor(out, shape=shape32)]) == OK
+    assert out.tolist() == [2.0, 4.0]
+    rid = lib.alloc(handle, "float64", shape32)
+    assert rid > 0, lib.error(handle)
+    rc, t = lib.descriptor(handle, rid)
+    assert rc == OK and t.ndim == 32 and [t.shape[k] for k in range(32)] == list(shape32)
+    assert lib.lib.cuplug_backend_free(handle, rid) == OK
+    # negative ndim: calls and alloc
+    neg = tensor(x, shape=(2,))
+    neg.ndim = -1
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "sum", [neg], [tensor(s)]),
+        E_INVALID_ARGUMENT,
+        "sum: x: ndim must be in 0..32, got -1",
+    )
+    neg_out = tensor(s)
+    neg_out.ndim = -3
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "sum", [tensor(x)], [neg_out]),
+        E_INVALID_ARGUMENT,
+        "ndim must be in 0..32, got -3",
+    )
+    dims = (ctypes.c_int64 * 1)(2)
+    assert lib.lib.cuplug_backend_alloc(handle, dtype_of("float32"), -1, dims) == E_INVALID_ARGUMENT
+    assert "alloc: ndim must be in 0..32, got -1" in lib.error(handle)
 
 
 def test_byte_offset_and_strides_of_contiguous_layouts(lib, handle):
@@ -759,6 +836,45 @@ def test_bad_arguments_are_error_codes(lib, handle):
     assert lib.lib.cuplug_backend_sync(None) == E_INVALID_ARGUMENT and lib.lib.cuplug_backend_sync(handle) == OK
     # after all that, a good call still works
     assert lib.call(handle, "add", [T_X, T_X], [T_OUT]) == OK and (out == 2).all()
+
+
+@pytest.mark.parametrize(
+    "x_dtype,y_dtype",
+    [("float32", "int32"), ("int32", "float32"), ("float16", "bfloat16"), ("int8", "uint8"), ("int64", "float64")],
+)
+def test_an_input_declared_like_another_needs_the_same_dtype_not_just_the_same_itemsize(lib, handle, x_dtype, y_dtype):
+    """add's y is declared like x: a y of another dtype of the same width is refused, naming both, and nothing
+    is written (its bits would otherwise be read as x's type)."""
+    x = np.ones(6, dtype=DTYPES[x_dtype][2])
+    y = np.ones(6, dtype=DTYPES[y_dtype][2])
+    out = np.full_like(x, 7)
+    rc = lib.call(handle, "add", [tensor(x, x_dtype), tensor(y, y_dtype)], [tensor(out, x_dtype)])
+    expect_error(lib, handle, rc, E_INVALID_ARGUMENT, f"add: y has dtype {y_dtype}, must match x ({x_dtype})")
+    assert (out == 7).all()
+
+
+def test_an_input_declared_like_another_needs_the_same_number_of_dimensions(lib, handle):
+    """add's y must have x's whole shape: a y whose extents are a prefix of x's ((3,) beside (3, 4)) is refused
+    (add would read 12 elements of a 3-element buffer), and so is one with an extra dimension."""
+    x = np.ones((3, 4), dtype=np.float32)
+    out = np.zeros_like(x)
+    y = np.ones(3, dtype=np.float32)
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "add", [tensor(x), tensor(y)], [tensor(out)]),
+        E_INVALID_ARGUMENT,
+        "add: y has shape (3,), must match x's shape (3, 4)",
+    )
+    y3 = np.ones((3, 4, 1), dtype=np.float32)
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "add", [tensor(x), tensor(y3)], [tensor(out)]),
+        E_INVALID_ARGUMENT,
+        "add: y has shape (3, 4, 1), must match x's shape (3, 4)",
+    )
+    assert (out == 0).all()
 
 
 def test_cuda_tensor_is_refused_with_wrong_device(lib, handle):
@@ -1074,6 +1190,86 @@ def test_size_rules_attributes_and_op_messages(rules):
         rules.destroy(h)
 
 
+def test_a_size_rules_max_is_inclusive(rules):
+    """A size rule's max is the largest element count allowed: exactly max elements reach the op (broken's
+    max is 100; the op then fails on its own), max + 1 is refused before it."""
+    h = rules.create()
+    try:
+        i = np.ones(100, dtype=np.int32)
+        expect_error(rules, h, rules.call(h, "broken", [tensor(i)], [tensor(i)]), E_DEVICE, "broken failed")
+        i = np.ones(101, dtype=np.int32)
+        expect_error(
+            rules,
+            h,
+            rules.call(h, "broken", [tensor(i)], [tensor(i)]),
+            E_INVALID_ARGUMENT,
+            "broken: x has 101 elements, must be at most 100",
+        )
+    finally:
+        rules.destroy(h)
+
+
+STATUS_BACKEND = textwrap.dedent(
+    r"""
+    #include "cuplug_ops.h"
+    static int answer(const cuplug_call* c) { return (int)cuplug_attr_int(c, "rc"); }
+    static int copy_or_refuse(const cuplug_call* c) {
+        if (c->n == 0) return cuplug_op_fail(c, "%s: nothing to work on", c->op->name);
+        memcpy(c->out[0].data, c->in[0].data, (size_t)c->n * sizeof(float));
+        return CUPLUG_OK;
+    }
+    static const cuplug_op cuplug_ops[] = {
+        {"answer", answer, 0, {CUPLUG_IN("x", CUPLUG_F32)}, {CUPLUG_OUT_LIKE("out", 0)}, {CUPLUG_ATTR_INT("rc", 0)}},
+        {"reduce", copy_or_refuse, 0, {CUPLUG_IN("x", CUPLUG_F32)}, {CUPLUG_OUT_LIKE("out", 0)}},
+        {"map", copy_or_refuse, CUPLUG_ELEMENTWISE, {CUPLUG_IN("x", CUPLUG_F32)}, {CUPLUG_OUT_LIKE("out", 0)}},
+    };
+    #include "cuplug_cpu_backend.h"
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def statuses(tmp_path_factory) -> Lib:
+    return build_test_backend(tmp_path_factory.mktemp("statuses"), "statuses", STATUS_BACKEND)
+
+
+def test_an_ops_status_reaches_the_caller_only_as_a_cuplug_status(statuses):
+    """Whatever an op returns, the caller gets a documented status: cuplug's own codes pass through as they
+    are; anything else (positive, or below the last code) becomes CUPLUG_E_INVALID_ARGUMENT with a message
+    naming the op."""
+    h = statuses.create()
+    try:
+        x = np.ones(1, dtype=np.float32)
+        for rc in sorted(CODES):
+            got = statuses.call(h, "answer", [tensor(x)], [tensor(x)], [attr("rc", rc)])
+            assert got == rc, (rc, got, statuses.error(h))
+        for rc in (1, 7, 2**31 - 1, -9, -42, -(2**31)):
+            got = statuses.call(h, "answer", [tensor(x)], [tensor(x)], [attr("rc", rc)])
+            expect_error(statuses, h, got, E_INVALID_ARGUMENT, "answer failed (status")
+    finally:
+        statuses.destroy(h)
+
+
+def test_a_non_elementwise_op_is_called_even_when_every_operand_is_empty(statuses):
+    """An elementwise op whose tensors are all empty has nothing to do and is not called (OK); any other op is
+    called with n == 0, so it decides: here it refuses, and the caller sees its message."""
+    h = statuses.create()
+    try:
+        e = np.zeros(0, dtype=np.float32)
+        assert statuses.call(h, "map", [tensor(e)], [tensor(e)]) == OK, statuses.error(h)
+        expect_error(
+            statuses,
+            h,
+            statuses.call(h, "reduce", [tensor(e)], [tensor(e)]),
+            E_INVALID_ARGUMENT,
+            "reduce: nothing to work on",
+        )
+        x, out = np.arange(3, dtype=np.float32), np.zeros(3, dtype=np.float32)
+        assert statuses.call(h, "reduce", [tensor(x)], [tensor(out)]) == OK and out.tolist() == [0.0, 1.0, 2.0]
+    finally:
+        statuses.destroy(h)
+
+
 def many_ops_backend(count: int) -> str:
     fns = "static int op_fn(const cuplug_call* c) { (void)c; return CUPLUG_OK; }\n"
     rows = []
@@ -1197,6 +1393,66 @@ def test_fork_during_a_call_does_not_deadlock(lib_path, tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("ok")
+
+
+LIFECYCLE_FORK_SCRIPT = r"""
+import ctypes, os, sys, types
+sys.path.insert(0, sys.argv[2])
+sys.modules["conftest"] = types.SimpleNamespace(ROOT=None, build_shared_library=None)  # only the ctypes parts
+from test_cpu_abi_v2 import Lib, tensor, OK
+import numpy as np
+
+lib = Lib(sys.argv[1])
+
+def works(h):
+    x, o = np.ones(10, dtype=np.float64), np.zeros((), dtype=np.float64)
+    return lib.call(h, "sum", [tensor(x)], [tensor(o)]) == OK and o == 10.0
+
+handles = [lib.create() for _ in range(5)]
+for k in (2, 1, 4):  # a middle one, then its neighbour, then the newest: the live list is relinked each time
+    lib.destroy(handles[k])
+alive = [handles[0], handles[3]]
+# the application reuses what destroy freed (buffers of every size near an instance's, all bytes 0xff): the
+# fork handlers must never look there
+reuse = [ctypes.create_string_buffer(b"\xff" * n, n) for n in range(256, 2048, 8) for _ in range(8)]
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        h = lib.create()
+        ok = all(works(a) for a in alive) and works(h)
+        lib.destroy(h)
+        os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        print("child failed", status, flush=True)
+        os._exit(2)
+    if not all(works(a) for a in alive):
+        print("parent's handles broken", flush=True)
+        os._exit(4)
+    alive.append(lib.create())
+for a in alive:
+    lib.destroy(a)
+print("ok")
+"""
+
+
+def test_fork_after_creates_and_destroys_in_any_order(lib_path, tmp_path):
+    """fork() waits only for the live instances: its handlers are registered once per library, however many
+    instances were created (so fork never blocks on itself), and never touch a destroyed instance's memory,
+    whatever the application put there since; destroying instances in any order leaves the rest usable on both
+    sides of the fork."""
+    script = tmp_path / "fork_lifecycle.py"
+    script.write_text(LIFECYCLE_FORK_SCRIPT)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-W", "ignore", str(script), str(lib_path), str(Path(__file__).parent)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("fork() or a call after it hung")
+    assert proc.returncode == 0 and proc.stdout.startswith("ok"), proc.stdout + proc.stderr
 
 
 # ---- the C ABI, fuzzed --------------------------------------------------------------------------

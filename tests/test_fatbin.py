@@ -14,20 +14,25 @@ import pytest
 
 from cuplug.contract import fatbin
 
-ENTRY_HEADER = 64  # what the toolkits write: the reader needs >= 36 (the fields it reads)
+ENTRY_HEADER = 64  # what the toolkits write: the reader needs >= 32 (the fields it reads)
+# The format's numbers as nvcc writes them, typed here on purpose: the reader's own constants are what is tested.
+MAGIC, SASS, PTX = 0xBA55ED50, 2, 1
 
 
-def entry(kind: int, arch: int, major: int = 0, minor: int = 0, payload: int = 16, compressed: int = 0) -> bytes:
-    head = struct.pack("<HHIQIIHHI", kind, 0x0101, ENTRY_HEADER, payload, compressed, 0, minor, major, arch)
-    return head + b"\0" * (ENTRY_HEADER - len(head)) + b"\xab" * payload
+def entry(
+    kind: int, arch: int, major: int = 0, minor: int = 0, payload: int = 16, compressed: int = 0, header: int = 64
+) -> bytes:
+    head = struct.pack("<HHIQIIHHI", kind, 0x0101, header, payload, compressed, 0, minor, major, arch)
+    return head + b"\0" * (header - len(head)) + b"\xab" * payload
 
 
 def container(*entries: bytes, version: int = 1, header: int = 16) -> bytes:
     body = b"".join(entries)
-    return struct.pack("<IHHQ", fatbin.MAGIC, version, header, len(body)) + b"\0" * (header - 16) + body
+    return struct.pack("<IHHQ", MAGIC, version, header, len(body)) + b"\0" * (header - 16) + body
 
 
-SASS, PTX = fatbin.KIND_ELF, fatbin.KIND_PTX
+def test_the_format_constants_are_nvccs():
+    assert (fatbin.MAGIC, fatbin.KIND_ELF, fatbin.KIND_PTX) == (MAGIC, SASS, PTX)
 
 
 def test_kinds_archs_and_the_ptx_isa():
@@ -42,9 +47,10 @@ def test_the_sass_entries_version_is_not_an_isa():
     assert code.ptx == () and code.ptx_isa is None and code.entries[0].version == (1, 7)
 
 
-def test_other_kinds_are_neither_sass_nor_ptx():
-    code = fatbin.device_code(container(entry(4, 90), entry(PTX, 75, 9, 0)))
-    assert code.sass == () and code.ptx == ("compute_75",) and len(code.entries) == 2
+@pytest.mark.parametrize("kind", [0, 3, 4])
+def test_other_kinds_are_neither_sass_nor_ptx(kind):
+    code = fatbin.device_code(container(entry(kind, 90, 7, 0), entry(PTX, 75, 9, 0)))
+    assert code.sass == () and code.ptx == ("compute_75",) and code.ptx_isa == "9.0" and len(code.entries) == 2
     assert code.entries[0].target == "sm_90"  # named like SASS, counted as neither
 
 
@@ -60,6 +66,35 @@ def test_several_containers_with_padding_between():
     section = first + b"\0" * 4 + b"\0" * 8 + container(entry(SASS, 80), entry(PTX, 80, 8, 4))
     code = fatbin.device_code(section)
     assert code.sass == ("sm_75", "sm_80") and code.ptx == ("compute_80",)
+
+
+def test_a_container_right_after_one_that_needs_no_padding():
+    first = container(entry(SASS, 75, payload=8))  # 16 + 64 + 8 = 88 bytes: the next starts at 88
+    code = fatbin.device_code(first + container(entry(SASS, 80), entry(PTX, 80, 8, 4)))
+    assert code.sass == ("sm_75", "sm_80") and code.ptx == ("compute_80",) and len(code.entries) == 3
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        b"\xff" * 16,  # garbage after a container
+        b"\0" * 7 + b"\x01" + b"\0" * 8,  # padding is 8 zero bytes, not 7
+        b"\0" * 8 + b"\xff" * 16,  # garbage after padding
+    ],
+)
+def test_what_follows_a_container_is_padding_or_another_container(tail):
+    first = container(entry(SASS, 75, payload=8))
+    with pytest.raises(fatbin.FatbinError, match=rf"offset {len(first) + (8 if tail[:8] == bytes(8) else 0)}: magic"):
+        fatbin.parse(first + tail)
+
+
+def test_an_entry_of_just_the_fields_read_fills_its_container():
+    (e,) = fatbin.parse(container(entry(SASS, 80, payload=0, header=32)))
+    assert (e.target, e.payload_size) == ("sm_80", 0)
+    second = entry(PTX, 80, 8, 4, payload=0, header=32)  # the next entry starts at 16 + 64 + 4 = 84
+    assert [e.target for e in fatbin.parse(container(entry(SASS, 75, payload=4), second))] == ["sm_75", "compute_80"]
+    with pytest.raises(fatbin.FatbinError, match="offset 84: truncated entry header"):
+        fatbin.parse(container(entry(SASS, 75, payload=4), second[:31]))
 
 
 def test_a_longer_container_header_is_skipped():
@@ -113,5 +148,38 @@ def test_read_elf_on_what_is_no_elf_with_a_fatbin(tmp_path, cpu_lib_path):
     assert fatbin.read_elf(cpu_lib_path.read_bytes()) is None
     with pytest.raises(fatbin.FatbinError, match="not a readable ELF"):
         fatbin.read_elf(b"\x7fELF" + b"\x02\x01\x01" + b"\0" * 9)
-    with pytest.raises(fatbin.FatbinError, match="cannot read the file"):
+    with pytest.raises(fatbin.FatbinError, match=r"^cannot read the file: No such file or directory$"):
         fatbin.read_elf(str(tmp_path / "missing.so"))
+
+
+def _nv_fatbin_header(data: bytes) -> int:
+    """The file offset of the .nv_fatbin section's header (ELF64)."""
+    import io
+
+    from elftools.elf.elffile import ELFFile
+
+    elf = ELFFile(io.BytesIO(data))
+    index = next(i for i, sec in enumerate(elf.iter_sections()) if sec.name == ".nv_fatbin")
+    return elf["e_shoff"] + index * elf["e_shentsize"]
+
+
+def test_read_elf_of_a_built_cuda_backend_and_of_one_whose_section_lies(site):
+    lib = next((site / "cuplug_cuda13" / "sm80").glob("*.so"))
+    code = fatbin.read_elf(str(lib))
+    assert code.sass == ("sm_80",) and code.ptx == () and code.ptx_isa is None
+    data = bytearray(lib.read_bytes())
+    at = _nv_fatbin_header(bytes(data))
+    offset, size = struct.unpack_from("<QQ", data, at + 24)
+    assert fatbin.read_elf(bytes(data)) == code
+    for claim in (len(data) - offset + 1, 1 << 40):  # one byte past the end, and far past it
+        struct.pack_into("<Q", data, at + 32, claim)
+        with pytest.raises(fatbin.FatbinError, match=rf"^\.nv_fatbin claims {claim} bytes at offset {offset}, past"):
+            fatbin.read_elf(bytes(data))
+    struct.pack_into("<Q", data, at + 32, len(data) - offset)  # exactly to the end: read, then parsed
+    with pytest.raises(fatbin.FatbinError, match=r"magic|runs past|exceed|truncated"):
+        fatbin.read_elf(bytes(data))
+    struct.pack_into("<Q", data, at + 32, size)
+    struct.pack_into("<I", data, at + 4, 8)  # SHT_NOBITS: no bytes in the file, whatever its size says
+    struct.pack_into("<Q", data, at + 32, 1 << 40)
+    with pytest.raises(fatbin.FatbinError, match=r"^no fat binary container in the section$"):
+        fatbin.read_elf(bytes(data))

@@ -127,10 +127,13 @@ def read_elf(data_or_path: bytes | str) -> DeviceCode | None:
         section = ELFFile(io.BytesIO(data)).get_section_by_name(".nv_fatbin")
         if section is None:
             return None
-        size, offset = int(section["sh_size"]), int(section["sh_offset"])
-        if section["sh_type"] != "SHT_NOBITS" and (size < 0 or offset < 0 or offset + size > len(data)):
+        size, offset = int(section["sh_size"]), int(section["sh_offset"])  # unsigned in ELF64
+        if section["sh_type"] == "SHT_NOBITS":  # no bytes in the file (pyelftools would make sh_size zeros)
+            payload = b""
+        elif offset + size > len(data):
             raise FatbinError(f".nv_fatbin claims {size} bytes at offset {offset}, past the end of the file")
-        payload = section.data()
+        else:
+            payload = section.data()
     except FatbinError:
         raise
     except (ELFError, Exception) as exc:  # hostile input: every parser failure is "unreadable"

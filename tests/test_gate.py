@@ -69,6 +69,10 @@ def test_allowed_needed(soname, ok):
         ("manylinux_x_17_x86_64", None),
         ("manylinux2010_x86_64", None),
         ("musllinux_1_2_x86_64", None),
+        ("manylinux_2_17", None),  # no architecture
+        ("manylinux_2_x_x86_64", None),
+        ("xmanylinux_2_17_x86_64", None),
+        ("manylinux_2_17_x86_64_v2", None),
     ],
 )
 def test_platform_tags(tag, parsed):
@@ -87,6 +91,10 @@ def test_platform_tags(tag, parsed):
         ("pkg/a.so", "$ORIGIN/x/../../..", False),
         ("pkg/a.so", "/usr/lib", False),
         ("pkg/a.so", "lib", False),
+        ("pkg/a.so", "$ORIGIN/-x/..", True),  # names that sort before ".." are directories too
+        ("pkg/a.so", "$ORIGIN/+x/../..", True),
+        ("pkg/a.so", "$ORIGIN/./././..", True),
+        ("pkg/a.so", "$ORIGIN//..//..", False),
     ],
 )
 def test_rpath_inside(member, rpath, inside):
@@ -117,11 +125,29 @@ def _wheel(tmp_path: Path, name: str, members: dict[str, bytes]) -> Path:
         ("py3-none-linux_x86_64", "not a manylinux tag"),
         ("py3-none-manylinux_2_28_x86_64", "newer than manylinux_2_17"),
         ("py3-none-manylinux_2_17_x86_64.manylinux_2_17_aarch64", "several CPU architectures"),
+        ("py39-none-manylinux_2_17_x86_64", "must be py3-none"),
+        ("py3-zzz-manylinux_2_17_x86_64", "must be py3-none"),
     ],
 )
 def test_tags_are_refused(tmp_path, tag, words):
     problems = gate.check_wheel(_wheel(tmp_path, f"x-1-{tag}.whl", {"x/__init__.py": b""}))
     assert any(words in p for p in problems), problems
+
+
+def test_every_platform_tag_is_checked_and_each_problem_said_once(tmp_path):
+    name = "x-1-py3-none-linux_x86_64.manylinux_2_28_x86_64.whl"
+    assert gate.check_wheel(_wheel(tmp_path, name, {"x/__init__.py": b""})) == [
+        "platform tag linux_x86_64 is not a manylinux tag (run auditwheel repair)",
+        "platform tag manylinux_2_28_x86_64 is newer than manylinux_2_17",
+    ]
+    assert gate.check_wheel(_wheel(tmp_path, "y-1-py3-none-linux_x86_64.whl", {"y/__init__.py": b""})) == [
+        "platform tag linux_x86_64 is not a manylinux tag (run auditwheel repair)"  # and no architecture problem
+    ]
+
+
+@pytest.mark.parametrize("tag", ["manylinux_2_5_x86_64", "manylinux_2_12_x86_64", "manylinux2014_x86_64"])
+def test_older_manylinux_tags_are_fine(tmp_path, tag):
+    assert gate.check_wheel(_wheel(tmp_path, f"x-1-py3-none-{tag}.whl", {"x/__init__.py": b""})) == []
 
 
 def test_a_clean_wheel_passes_and_every_planted_fault_is_named(tmp_path, cpu_lib_path):
@@ -147,18 +173,24 @@ def rpath_libs(tmp_path_factory, cpu_lib_path):
     src.write_text("int x(void) { return 1; }\n")
     libs = {}
     for name, rpath in (("inside", "$ORIGIN/../lib"), ("escapes", "$ORIGIN/../../.."), ("absolute", "/opt/cuda/lib64")):
-        path = out / f"{name}.so"
-        subprocess.run(["cc", "-shared", "-fPIC", "-o", str(path), str(src), f"-Wl,-rpath,{rpath}"], check=True)
-        libs[name] = path.read_bytes()
+        for tag, dtags in (("", "--enable-new-dtags"), ("-rpath", "--disable-new-dtags")):  # RUNPATH, old RPATH
+            path = out / f"{name}{tag}.so"
+            subprocess.run(
+                ["cc", "-shared", "-fPIC", "-o", str(path), str(src), f"-Wl,-rpath,{rpath}", f"-Wl,{dtags}"], check=True
+            )
+            libs[name + tag] = path.read_bytes()
     return libs
 
 
-def test_an_rpath_that_leaves_the_wheel_is_refused(tmp_path, rpath_libs):
-    ok = gate.check_wheel(_wheel(tmp_path, f"in-1-{TAG}.whl", {"x/sub/a.so": rpath_libs["inside"]}))
+@pytest.mark.parametrize("tag", ["", "-rpath"])
+def test_an_rpath_that_leaves_the_wheel_is_refused(tmp_path, rpath_libs, tag):
+    """Both DT_RUNPATH (what linkers write today) and the older DT_RPATH are read."""
+    ok = gate.check_wheel(_wheel(tmp_path, f"in-1-{TAG}.whl", {"x/sub/a.so": rpath_libs["inside" + tag]}))
     assert ok == []
     for name in ("escapes", "absolute"):
-        problems = gate.check_wheel(_wheel(tmp_path, f"{name}-1-{TAG}.whl", {"x/sub/a.so": rpath_libs[name]}))
-        assert any("points outside the package" in p for p in problems), (name, problems)
+        problems = gate.check_wheel(_wheel(tmp_path, f"{name}-1-{TAG}.whl", {"x/sub/a.so": rpath_libs[name + tag]}))
+        rpath = {"escapes": "$ORIGIN/../../..", "absolute": "/opt/cuda/lib64"}[name]
+        assert problems == [f"x/sub/a.so: RPATH/RUNPATH {rpath!r} points outside the package"], (name, problems)
 
 
 def _manifest_wheel(tmp_path: Path, lib: bytes, **change: object) -> Path:
@@ -194,12 +226,50 @@ def test_the_manifest_must_match_the_members(tmp_path, cpu_lib_path):
         assert any(words in p for p in problems), (change, problems)
 
 
+def test_a_manifest_that_cannot_be_read_is_a_problem_not_a_crash(tmp_path, cpu_lib_path):
+    for doc in (b"{not json", b'{"schema": 99}', b"[]", b'{"schema": 1, "artifacts": {}}'):
+        wheel = _wheel(tmp_path, f"p-1-{TAG}.whl", {"p/manifest.json": doc})
+        problems = gate.check_wheel(wheel)
+        assert len(problems) == 1 and problems[0].startswith("p/manifest.json: "), (doc, problems)
+
+
+def test_every_entry_of_a_manifest_is_checked(tmp_path, cpu_lib_path):
+    """A missing file does not hide a changed one after it."""
+    lib = cpu_lib_path.read_bytes()
+    entry = {"backend": "vector", "sass": [], "ptx": [], "ptx_isa": None, "cuda_version": "12.4", "min_driver": 12000}
+    arts = [
+        {**entry, "variant": "sm75", "file": "sm75/lib.so", "sha256": manifest.sha256_hex(lib), "size": len(lib)},
+        {**entry, "variant": "sm80", "file": "sm80/lib.so", "sha256": "ab" * 32, "size": len(lib)},
+    ]
+    doc = json.dumps({"schema": 1, "cuda": "cuda12", "artifacts": [{**a, "abi": 2} for a in arts]}).encode()
+    problems = gate.check_wheel(_wheel(tmp_path, f"p-1-{TAG}.whl", {"p/manifest.json": doc, "p/sm80/lib.so": lib}))
+    assert problems == [
+        "p/manifest.json names sm75/lib.so, missing from the wheel",
+        "p/sm80/lib.so: size/sha256 differ from p/manifest.json (changed after the build)",
+    ]
+
+
+def test_only_a_packages_top_level_manifest_is_a_backend_manifest(tmp_path):
+    members = {"p/__init__.py": b"", "p/data/manifest.json": b"{an unrelated data file"}
+    assert gate.check_wheel(_wheel(tmp_path, f"p-1-{TAG}.whl", members)) == []
+
+
 def test_linkage_of_a_real_library(cpu_lib_path, rpath_libs, tmp_path):
     gate.check_linkage(cpu_lib_path)
     other = tmp_path / "x.so"
     other.write_bytes(rpath_libs["inside"])
-    with pytest.raises(BuildError, match="beyond/short of the ABI"):
+    with pytest.raises(BuildError, match="beyond/short of the ABI") as exc:
         gate.check_linkage(other)
+    assert "'x'" in str(exc.value) and "'cuplug_backend_call'" in str(exc.value)  # the extra and the missing
+
+
+def test_linkage_names_only_what_differs_from_the_abi(tmp_path):
+    src = tmp_path / "abi.c"
+    src.write_text("".join(f"void {name}(void) {{}}\n" for name in (*rules.EXPORTED, "cuplug_debug_dump")))
+    so = tmp_path / "extra.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    with pytest.raises(BuildError, match=r"exports \['cuplug_debug_dump'\] beyond/short of the ABI$"):
+        gate.check_linkage(so)
 
 
 def test_check_wheels_names_every_bad_wheel(tmp_path):
@@ -208,6 +278,9 @@ def test_check_wheels_names_every_bad_wheel(tmp_path):
     seen: list[str] = []
     gate.check_wheels([good], seen.append)
     assert seen and seen[0].startswith("ok: a-1-")
+    big = _wheel(tmp_path, f"c-1-{TAG}.whl", {"c/__init__.py": b"", "c/data.bin": bytes(1_234_567)})  # stored
+    gate.check_wheels([big], seen.append)
+    assert seen[-1] == f"ok: c-1-{TAG}.whl ({big.stat().st_size / 1e6:.2f} MB)" and "(1.23 MB)" in seen[-1]
     with pytest.raises(BuildError, match=r"b-1-cp311.*\n.*py3-none"):
         gate.check_wheels([good, bad], seen.append)
 

@@ -99,10 +99,11 @@ def rpath_inside(member: str, rpath: str) -> bool:
     """An RPATH entry of ``member`` that stays inside the wheel: $ORIGIN-relative, never above the root."""
     if not rpath.startswith("$ORIGIN"):
         return False
+    # PurePosixPath drops empty and "." parts: what is left is a directory name or ".."
     parts = [*PurePosixPath(member).parent.parts, *PurePosixPath(rpath[len("$ORIGIN") :].lstrip("/")).parts]
     depth = 0
     for part in parts:
-        depth += -1 if part == ".." else (0 if part in ("", ".") else 1)
+        depth += -1 if part == ".." else 1
         if depth < 0:
             return False
     return True

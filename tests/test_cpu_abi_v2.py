@@ -853,6 +853,27 @@ def test_an_input_declared_like_another_needs_the_same_dtype_not_just_the_same_i
     assert (out == 7).all()
 
 
+@pytest.mark.parametrize(
+    "op,x_dtype,out_dtype,want",
+    [
+        ("add", "float32", "int32", "float32"),
+        ("add", "float16", "bfloat16", "float16"),
+        ("add", "uint8", "int8", "uint8"),
+        ("sum", "int32", "float64", "int64"),
+        ("sum", "float64", "int64", "float64"),
+    ],
+)
+def test_an_output_of_the_same_width_but_another_dtype_is_refused(lib, handle, op, x_dtype, out_dtype, want):
+    """The output's dtype is the one its rule gives (like x; sum: int64 for integers): an output of another
+    dtype of the same itemsize is refused naming both, and left unwritten."""
+    x = np.ones(4, dtype=DTYPES[x_dtype][2])
+    out = np.full((4,) if op == "add" else (), 7, dtype=DTYPES[out_dtype][2])
+    ins = [tensor(x, x_dtype)] * (2 if op == "add" else 1)
+    rc = lib.call(handle, op, ins, [tensor(out, out_dtype)])
+    expect_error(lib, handle, rc, E_INVALID_ARGUMENT, f"{op}: out has dtype {out_dtype}, expected {want}")
+    assert (out == 7).all()
+
+
 def test_an_input_declared_like_another_needs_the_same_number_of_dimensions(lib, handle):
     """add's y must have x's whole shape: a y whose extents are a prefix of x's ((3,) beside (3, 4)) is refused
     (add would read 12 elements of a 3-element buffer), and so is one with an extra dimension."""

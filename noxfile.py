@@ -110,6 +110,16 @@ def mutants(session: nox.Session) -> None:
     out = ROOT / "bench" / "results" / f"mutants-{datetime.date.today()}"
     slot_args = [a for site in sites for a in ("--slot", str(site))]
     session.run("python", str(ROOT / "ci" / "mutants.py"), *slot_args, "--out", str(out), *args)
+    if not args:  # the whole run: the C frameworks' CPU paths too
+        session.run("python", str(ROOT / "ci" / "c_mutants.py"))
+
+
+@nox.session(default=False)
+def c_mutants(session: nox.Session) -> None:
+    """Hand-written mutations of the C CPU paths (ci/c_mutants.json), each built with $CC and run against
+    tests/test_cpu_abi_v2.py, into bench/results/c-mutants-<date>/ (`-- --list`, `-- --only ID ...`)."""
+    session.install(*TEST_DEPS)
+    session.run("python", str(ROOT / "ci" / "c_mutants.py"), *session.posargs)
 
 
 @nox.session

@@ -77,8 +77,8 @@ def run_py(
     )
 
 
-def run_json(code: str, env: dict[str, str]) -> object:
-    proc = run_py(code, env)
+def run_json(code: str, env: dict[str, str], cwd: Path | None = None) -> object:
+    proc = run_py(code, env, cwd)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

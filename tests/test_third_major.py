@@ -4,6 +4,7 @@ The cuda14 package here is a renamed copy of the cuda13 wheel (its manifest says
 14.0, a driver for 14.0), installed beside cuplug and cuplug-cuda13; cuplug's own METADATA gets the
 ``cuda14`` extra that a cuplug built with a cuda14 toolchain lock would declare (pyproject's extras).
 Nothing else changes: the loader ranks, forces, refuses and reports cuda14 like the others.
+Every subprocess runs in that site, so it imports that cuplug whatever directory pytest started in.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def _env(site: Path, fake_driver_dir: Path, **extra: str) -> dict[str, str]:
 
 @needs_wheels
 def test_the_newest_major_is_ranked_first(site14, fake_driver_dir):
-    got = run_json(DECIDE, _env(site14, fake_driver_dir, FAKE_CUDA_DRIVER_VERSION="14000"))
+    got = run_json(DECIDE, _env(site14, fake_driver_dir, FAKE_CUDA_DRIVER_VERSION="14000"), site14)
     assert got["packages"] == ["cuda13", "cuda14"]
     accepted = [c[0] for c in got["candidates"] if c[1]]
     # exact SASS (the fatbins' sm_90), the newer toolkit first; then PTX, newer first; the CPU last
@@ -96,7 +97,7 @@ def test_the_newest_major_is_ranked_first(site14, fake_driver_dir):
 
 @needs_wheels
 def test_an_older_driver_refuses_the_new_major_only(site14, fake_driver_dir):
-    got = run_json(DECIDE, _env(site14, fake_driver_dir, FAKE_CUDA_DRIVER_VERSION="13000"))
+    got = run_json(DECIDE, _env(site14, fake_driver_dir, FAKE_CUDA_DRIVER_VERSION="13000"), site14)
     cuda14 = [c for c in got["candidates"] if c[0].startswith("cuda14/")]
     assert len(cuda14) == 4 and all(not c[1] and c[2] == "driver-too-old" for c in cuda14), cuda14
     assert got["decision"] == "cuda13/fatbin"
@@ -105,18 +106,18 @@ def test_an_older_driver_refuses_the_new_major_only(site14, fake_driver_dir):
 @needs_wheels
 def test_the_new_major_can_be_forced_and_named(site14, fake_driver_dir):
     env = _env(site14, fake_driver_dir, FAKE_CUDA_DRIVER_VERSION="14000", CUPLUG_BACKEND="CUDA14:sm80")
-    got = run_json(DECIDE, env)
+    got = run_json(DECIDE, env, site14)
     assert got["candidates"][0] == ["cuda14/sm80", True, "forced"] and got["code"] == "forced"
-    bad = run_cli(["probe"], {**env, "CUPLUG_BACKEND": "cuda15:fatbin"})
+    bad = run_cli(["probe"], {**env, "CUPLUG_BACKEND": "cuda15:fatbin"}, site14)
     assert bad.returncode == 2 and "cuda14:fatbin" in bad.stderr and "cuda15" in bad.stderr, bad.stderr
 
 
 @needs_wheels
 def test_load_walks_the_new_major_first_and_doctor_shows_it(site14, fake_driver_dir):
     env = _env(site14, fake_driver_dir, FAKE_CUDA_DRIVER_VERSION="14000")
-    got = run_json(LOAD, env)
+    got = run_json(LOAD, env, site14)
     assert got["variant"] == "cpu" and got["attempts"][0] == ["cuda14/fatbin", "load-failed"], got
-    doc = json.loads(run_cli(["doctor", "--json"], env).stdout)
+    doc = json.loads(run_cli(["doctor", "--json"], env, site14).stdout)
     assert [p["cuda"] for p in doc["packages"]] == ["cuda13", "cuda14"]
     assert doc["loaded"]["attempts"][0]["cuda"] == "cuda14"
 
@@ -130,7 +131,7 @@ def test_without_the_extra_the_new_major_is_not_trusted(site14, fake_driver_dir,
     meta = next(plain.glob("cuplug-*.dist-info")) / "METADATA"
     meta.write_text(meta.read_text().replace('Requires-Dist: cuplug-cuda14==0.1.0; extra == "cuda14"\n', ""))
     env = _env(plain, fake_driver_dir, FAKE_CUDA_DRIVER_VERSION="14000")
-    got = run_json(DECIDE, env)
+    got = run_json(DECIDE, env, plain)
     assert got["packages"] == ["cuda13"] and got["decision"] == "cuda13/fatbin"
-    doc = json.loads(run_cli(["doctor", "--json", "--no-load"], env).stdout)
+    doc = json.loads(run_cli(["doctor", "--json", "--no-load"], env, plain).stdout)
     assert [r["distribution"] for r in doc["refused"]] == ["cuplug_cuda14"]

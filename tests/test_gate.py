@@ -72,6 +72,7 @@ def test_allowed_needed(soname, ok):
         ("manylinux_2_17", None),  # no architecture
         ("manylinux_2_x_x86_64", None),
         ("xmanylinux_2_17_x86_64", None),
+        ("linux_2_17_x86_64", None),  # the platform is named, not just compared
         ("manylinux_2_17_x86_64_v2", None),
     ],
 )

@@ -27,6 +27,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -37,37 +38,39 @@ TARGET = 0.90  # killed / (killed + survived) per module
 # (every mutant of that operator on that line).
 EQUIVALENT = ROOT / "ci" / "mutants_equivalent"
 
-# module (under cuplug/) -> (fast tests, the rest). Every mutant first meets the fast tests (in process,
-# seconds); only the survivors then meet the rest (subprocesses, installed wheels, fake drivers). pytest's
-# -x stops at the first failure, so a killed mutant costs little either way.
-MODULES: dict[str, tuple[list[str], list[str]]] = {
+# module (under cuplug/) -> its test stages. Every mutant meets the first stage (fast, in process: seconds);
+# only the survivors of a stage meet the next (the last: subprocesses, installed wheels, fake drivers).
+# pytest's -x stops at the first failure, so a killed mutant costs little either way.
+API_STAGES = [["tests/test_api.py"], ["tests/test_api_v2.py"]]  # test_api_v2 imports PyTorch: 3 s more a mutant
+MODULES: dict[str, list[list[str]]] = {
     # (tests/test_third_major.py runs a cuplug of its own site, patched to declare a cuda14 extra: no mutant there)
-    "runtime/select.py": (["tests/test_select.py"], ["tests/test_hostile_config.py"]),
-    "runtime/policy.py": (["tests/test_policy.py"], ["tests/test_hostile_config.py"]),
-    "runtime/driver.py": (
+    "runtime/select.py": [["tests/test_select.py"], ["tests/test_hostile_config.py"]],
+    "runtime/policy.py": [["tests/test_policy.py"], ["tests/test_hostile_config.py"]],
+    "runtime/driver.py": [
         ["tests/test_driver_probe.py"],
         ["tests/test_hostile_driver.py", "tests/test_driver_and_cli.py"],
-    ),
-    "runtime/verify.py": (["tests/test_verify.py"], ["tests/test_reliability.py", "tests/test_hostile_toctou.py"]),
-    "runtime/loading.py": (
-        ["tests/test_loading.py", "tests/test_cli.py"],
+    ],
+    "runtime/verify.py": [["tests/test_verify.py"], ["tests/test_reliability.py", "tests/test_hostile_toctou.py"]],
+    "runtime/loading.py": [
+        ["tests/test_loading.py"],
+        ["tests/test_cli.py"],
         ["tests/test_reliability.py", "tests/test_hostile_config.py", "tests/test_hostile_failures.py"],
-    ),
-    "runtime/library.py": (["tests/test_library.py"], ["tests/test_reliability.py", "tests/test_hostile_failures.py"]),
-    "runtime/api.py": (["tests/test_api.py", "tests/test_api_v2.py"], ["tests/test_hostile_fork.py"]),
+    ],
+    "runtime/library.py": [["tests/test_library.py"], ["tests/test_reliability.py", "tests/test_hostile_failures.py"]],
+    "runtime/api.py": [*API_STAGES, ["tests/test_hostile_fork.py"]],
     # the ABI binding: an op's declared signature read and checked, DLPack import and export
-    "runtime/signature.py": (["tests/test_api_v2.py"], ["tests/test_api.py", "tests/test_cpu_abi_v2.py"]),
-    "runtime/dlpack.py": (["tests/test_api_v2.py"], ["tests/test_api.py", "tests/test_hostile_fork.py"]),
-    "tools/cli.py": (
+    "runtime/signature.py": [*API_STAGES, ["tests/test_cpu_abi_v2.py"]],
+    "runtime/dlpack.py": [*API_STAGES, ["tests/test_hostile_fork.py"]],
+    "tools/cli.py": [
         ["tests/test_cli.py"],
         ["tests/test_driver_and_cli.py", "tests/test_operator_tools.py", "tests/test_hostile_config.py"],
-    ),
-    "tools/inspection.py": (
+    ],
+    "tools/inspection.py": [
         ["tests/test_inspection.py"],
         ["tests/test_operator_tools.py", "tests/test_hostile_failures.py"],
-    ),
-    "contract/fatbin.py": (["tests/test_fatbin.py"], ["tests/test_operator_tools.py"]),
-    "build/gate.py": (["tests/test_gate.py"], ["tests/test_build_matrix.py", "tests/test_wheels.py"]),
+    ],
+    "contract/fatbin.py": [["tests/test_fatbin.py"], ["tests/test_operator_tools.py"]],
+    "build/gate.py": [["tests/test_gate.py"], ["tests/test_build_matrix.py", "tests/test_wheels.py"]],
 }
 # Modules on load()'s path also answer for what they import (tests/test_contract.py): a mutant that makes
 # them import typing at run time (TYPE_CHECKING = True) changes what every application pays.
@@ -83,7 +86,7 @@ for _m in (
     "runtime/signature.py",
     "runtime/dlpack.py",
 ):
-    MODULES[_m][1].append(LAZY_IMPORTS)
+    MODULES[_m][-1] = [*MODULES[_m][-1], LAZY_IMPORTS]
 # A mutant's test command may take this many times the unmutated run's (measured first, per module and
 # stage) before it counts as a hang (detected: timeout), so a slow suite is never mistaken for one.
 TIMEOUT_FACTOR, TIMEOUT_FLOOR_S = 3.0, 30.0
@@ -132,8 +135,9 @@ def run_module(module: str, site: Path, work: Path, log: list[str]) -> dict[str,
     bin_dir = _bin(site)
     python = str(bin_dir / "python")
     work.mkdir(parents=True, exist_ok=True)
-    fast, rest = MODULES[module]
-    cfg, full, db = (work / f"{_slug(module)}{end}" for end in (".fast.toml", ".toml", ".sqlite"))
+    stages = MODULES[module]
+    configs = [work / f"{_slug(module)}.stage{i}.toml" for i in range(len(stages))]
+    db = work / f"{_slug(module)}.sqlite"
     db.unlink(missing_ok=True)
     target = site / "cuplug" / module
     before = _digest(target)
@@ -146,10 +150,10 @@ def run_module(module: str, site: Path, work: Path, log: list[str]) -> dict[str,
         "PYTHONDONTWRITEBYTECODE": "1",  # a mutant's bytecode must never be cached next to the real file
     }
     t0 = time.monotonic()
-    # The unmutated module first: its tests must pass (a red suite kills every mutant for nothing), and their
-    # time sets each stage's timeout.
-    baseline = {}
-    for name, tests in (("fast", fast), ("full", fast + rest)):
+    # The unmutated module first: every stage's tests must pass (a red suite kills every mutant for nothing),
+    # and their time sets the stage's timeout.
+    baseline = []
+    for i, tests in enumerate(stages):
         start = time.monotonic()
         proc = subprocess.run(
             _test_command(tests).replace(sys.executable, python, 1),
@@ -160,22 +164,24 @@ def run_module(module: str, site: Path, work: Path, log: list[str]) -> dict[str,
             text=True,
         )
         if proc.returncode != 0:
-            raise RuntimeError(f"{module}: the unmutated {name} tests fail, fix them first:\n{proc.stdout[-3000:]}")
-        baseline[name] = time.monotonic() - start
-    cfg.write_text(_config(module, python, fast, max(TIMEOUT_FLOOR_S, TIMEOUT_FACTOR * baseline["fast"])))
-    full.write_text(_config(module, python, fast + rest, max(TIMEOUT_FLOOR_S, TIMEOUT_FACTOR * baseline["full"])))
-    for step in (["cosmic-ray", "init", str(cfg), str(db)], ["cr-filter-operators", str(db), str(cfg)]):
+            raise RuntimeError(
+                f"{module}: the unmutated tests of stage {i} fail, fix them first:\n{proc.stdout[-3000:]}"
+            )
+        baseline.append(time.monotonic() - start)
+        configs[i].write_text(_config(module, python, tests, max(TIMEOUT_FLOOR_S, TIMEOUT_FACTOR * baseline[-1])))
+    for step in (["cosmic-ray", "init", str(configs[0]), str(db)], ["cr-filter-operators", str(db), str(configs[0])]):
         subprocess.run([str(bin_dir / step[0]), *step[1:]], cwd=site, env=env, check=True, capture_output=True)
-    subprocess.run([str(bin_dir / "cosmic-ray"), "exec", str(cfg), str(db)], cwd=site, env=env, check=True)
-    with sqlite3.connect(db) as con:  # the fast tests' survivors meet every test
-        con.execute("delete from work_results where test_outcome = 'SURVIVED'")
-    subprocess.run([str(bin_dir / "cosmic-ray"), "exec", str(full), str(db)], cwd=site, env=env, check=True)
+    for i, cfg in enumerate(configs):
+        if i:  # the survivors so far meet this stage's tests
+            with sqlite3.connect(db) as con:
+                con.execute("delete from work_results where test_outcome = 'SURVIVED'")
+        subprocess.run([str(bin_dir / "cosmic-ray"), "exec", str(cfg), str(db)], cwd=site, env=env, check=True)
     if _digest(target) != before:  # cosmic-ray restores each file; a killed run could leave a mutant behind
         raise RuntimeError(f"{target} was left mutated: reinstall cuplug into {site.parents[2]}")
     result = summarize(module, db, target.read_text().splitlines())
     result["seconds"] = round(time.monotonic() - t0, 1)
     result["date"] = str(datetime.date.today())
-    result["baseline_s"] = {k: round(v, 1) for k, v in baseline.items()}
+    result["baseline_s"] = [round(v, 1) for v in baseline]
     log.append(f"{module}: {result['killed']} killed, {result['survived']} survived in {result['seconds']} s")
     print(log[-1], flush=True)
     return result
@@ -312,20 +318,6 @@ def main(argv: list[str] | None = None) -> int:
     free = list(args.slot)
     results: dict[str, dict[str, object]] = {}
 
-    def job(module: str) -> None:
-        site = free.pop()
-        try:
-            results[module] = run_module(module, site, args.work, log)
-        except (RuntimeError, subprocess.CalledProcessError) as exc:  # the other modules still run and report
-            zero = dict.fromkeys(("killed", "survived", "incompetent", "timeout", "skipped"), 0)
-            results[module] = {"module": module, **zero, "error": str(exc)[-2000:], "survivors": [], "score": None}
-            print(f"mutants: {module} did not run: {exc}", flush=True)
-        finally:
-            free.append(site)
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(args.slot)) as pool:
-        for f in [pool.submit(job, m) for m in modules]:
-            f.result()
     from importlib.metadata import version
 
     meta = {
@@ -335,10 +327,31 @@ def main(argv: list[str] | None = None) -> int:
         "cosmic_ray": version("cosmic-ray"),
         "slots": len(args.slot),
     }
-    earlier = args.out / "mutants.json"  # modules run earlier into the same DIR stay in its report
-    kept = json.loads(earlier.read_text())["modules"] if earlier.is_file() else []
-    merged = {str(r["module"]): r for r in kept if r["module"] in MODULES} | results
-    report([merged[m] for m in MODULES if m in merged], args.out, meta)
+    lock = threading.Lock()
+
+    def write_report() -> None:  # after every module: a run stopped early still reports what it finished
+        earlier = args.out / "mutants.json"  # modules run earlier into the same DIR stay in its report
+        kept = json.loads(earlier.read_text())["modules"] if earlier.is_file() else []
+        merged = {str(r["module"]): r for r in kept if r["module"] in MODULES} | results
+        report([merged[m] for m in MODULES if m in merged], args.out, meta)
+
+    def job(module: str) -> None:
+        site = free.pop()
+        try:
+            result = run_module(module, site, args.work, log)
+        except (RuntimeError, subprocess.CalledProcessError) as exc:  # the other modules still run and report
+            zero = dict.fromkeys(("killed", "survived", "incompetent", "timeout", "skipped"), 0)
+            result = {"module": module, **zero, "error": str(exc)[-2000:], "survivors": [], "score": None}
+            print(f"mutants: {module} did not run: {exc}", flush=True)
+        finally:
+            free.append(site)
+        with lock:
+            results[module] = result
+            write_report()
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(args.slot)) as pool:
+        for f in [pool.submit(job, m) for m in modules]:
+            f.result()
     missed = [m for m in modules if (results[m].get("score") or 0) < TARGET]
     print(f"mutants: {len(modules) - len(missed)}/{len(modules)} modules at >= {TARGET:.0%} before equivalents")
     return 0

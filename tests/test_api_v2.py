@@ -18,8 +18,6 @@ import cuplug.contract.dtypes
 from cuplug.contract import abi
 from cuplug.runtime import api, dlpack, signature
 
-torch = pytest.importorskip("torch")
-
 FLOATS = ["float16", "float32", "float64"]
 INTS = ["int8", "uint8", "int32", "int64"]
 
@@ -81,32 +79,6 @@ def test_integer_add_wraps_like_numpy(b):
     assert b.run("sum", np.full(3, 2**62, dtype=np.int64)) == int(np.sum(np.full(3, 2**62, dtype=np.int64)))
 
 
-def _bf16_round(x32: torch.Tensor) -> torch.Tensor:
-    return x32.to(torch.bfloat16)
-
-
-def test_bfloat16_via_pytorch_cpu_tensors(b):
-    """bfloat16 has no buffer-protocol format: PyTorch CPU tensors come in through DLPack and results are
-    PyTorch tensors, bit-exact against PyTorch's own float32-then-round arithmetic."""
-    g = torch.Generator().manual_seed(0)
-    x = (torch.randn(4097, generator=g) * 8).to(torch.bfloat16)
-    y = (torch.randn(4097, generator=g) * 8).to(torch.bfloat16)
-    got = b.run("add", x, y)
-    assert isinstance(got, torch.Tensor) and got.dtype == torch.bfloat16
-    assert torch.equal(got, x + y)
-    ref = _bf16_round(_bf16_round(x.float() * 1.5).float() + 0.25)
-    assert torch.equal(b.run("scale_add", x, alpha=1.5, beta=0.25), ref)
-    assert b.run("sum", x) == pytest.approx(float(x.double().sum()), rel=1e-2)
-
-
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64, torch.int8, torch.int32])
-def test_pytorch_cpu_tensors_match_pytorch(b, dtype):
-    g = torch.Generator().manual_seed(3)
-    x = (torch.randn(2, 300, generator=g) * 50).to(dtype)
-    y = (torch.randn(2, 300, generator=g) * 50).to(dtype)
-    assert torch.equal(b.run("add", x, y), x + y)
-
-
 # ---- signature checks: each a clear error before anything reaches C
 
 
@@ -150,12 +122,6 @@ def test_out_is_written_and_returned(b):
 def test_sum_honours_out(b):
     out = np.zeros((), np.float32)
     assert b.run("sum", np.ones(5, np.float32), out=out) is out and float(out) == 5.0
-
-
-def test_non_contiguous_pytorch_tensor_names_the_fix(b):
-    x = torch.ones(4, 4).t()
-    with pytest.raises(cuplug.InvalidInputError, match=r"contiguous\(\)"):
-        b.run("sum", x)
 
 
 class _FakeCudaArray:
@@ -238,10 +204,7 @@ def test_resident_tensor_exports_without_a_copy(b):
     a = np.from_dlpack(r)
     assert a.ctypes.data == r.data_ptr and a.shape == (3, 4)
     np.testing.assert_array_equal(a, x + x)
-    pt = torch.from_dlpack(r)
-    assert pt.data_ptr() == r.data_ptr
-    pt += 1  # the same memory, seen by every consumer
-    np.testing.assert_array_equal(a, x + x + 1)
+    a += 1  # the same memory, seen by every consumer
     np.testing.assert_array_equal(r.to_host(), x + x + 1)
 
 
@@ -370,12 +333,7 @@ def test_a_resident_float16_scalar_needs_no_numpy():
     assert proc.stdout.split() == ["7.75", "0"], proc.stderr
 
 
-def test_empty_tensors_are_contiguous_whatever_their_strides(b):
-    x = torch.empty(3, 0).t()  # shape (0, 3), strides (1, 1): PyTorch calls it contiguous
-    assert b.run("sum", x) == 0.0
-
-
-@pytest.mark.parametrize("bad", [np.True_, torch.tensor(True), 10**400, "2"])
+@pytest.mark.parametrize("bad", [np.True_, True, 10**400, "2"])
 def test_attributes_that_are_not_numbers(b, bad):
     with pytest.raises(cuplug.InvalidInputError, match=r"attribute alpha must be a number"):
         b.run("scale_add", np.ones(3, np.float32), alpha=bad)
@@ -386,9 +344,9 @@ def test_integer_attributes_take_integral_values_of_any_kind():
         "q", {"inputs": [], "attrs": [{"name": "blocksize", "kind": "int64", "default": 9223372036854775807}]}
     )
     assert sig.attr_values({}) == [("blocksize", "int64", (1 << 63) - 1)]  # the default survives the double
-    assert sig.attr_values({"blocksize": torch.tensor(64.0)}) == [("blocksize", "int64", 64)]
+    assert sig.attr_values({"blocksize": np.float64(64.0)}) == [("blocksize", "int64", 64)]
     assert sig.attr_values({"blocksize": np.int16(128)}) == [("blocksize", "int64", 128)]
-    for bad in (torch.tensor(2.5), 2.5):
+    for bad in (np.float32(2.5), 2.5):
         with pytest.raises(cuplug.InvalidInputError, match="blocksize is an integer"):
             sig.attr_values({"blocksize": bad})
     with pytest.raises(cuplug.InvalidInputError, match="does not fit in int64"):
@@ -648,47 +606,6 @@ def test_a_cuda_array_interface_stream_is_waited_for(gpu, spy):
     spy.log.clear()
     gpu.run("sum", _CudaArray(stream=STREAM))  # already the instance stream: nothing to wait for
     assert spy.waits_around_the_call()[0] == []
-
-
-def test_the_producers_current_stream_waits_for_the_result(gpu, spy, monkeypatch):
-    """CuPy's and PyTorch's current stream wait for the instance stream after a call on it, so the caller's
-    next kernel sees the result without a synchronize (the module docstring's promise)."""
-    spy.answers["call"] = 0
-    current = {"cupy": 4242, "torch": 77}
-    cupy = type(sys)("cupy")
-    cupy.cuda = type(sys)("cupy.cuda")
-    cupy.cuda.get_current_stream = lambda: type("S", (), {"ptr": current["cupy"]})()
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
-    asked = []
-
-    def current_stream(device):
-        asked.append(device)
-        return type("S", (), {"cuda_stream": current["torch"]})()
-
-    monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
-    x, y = _CupyArray(), _CupyArray()
-    gpu.run("add", x, y)
-    assert spy.waits_around_the_call()[2] == [(4242, 0)]  # once for the stream both came from
-    spy.log.clear()
-    gpu.run("add", _TorchCudaTensor(), _TorchCudaTensor())
-    assert spy.waits_around_the_call()[2] == [(77, 0)] and asked == [0, 0]
-    current["cupy"] = 0  # CuPy's default stream is the legacy one: 1 to C, never the instance's 0
-    spy.log.clear()
-    gpu.run("sum", x)
-    assert spy.waits_around_the_call()[2] == [(1, 0)]
-    spy.log.clear()
-    gpu.run("sum", x, stream=5)  # a given stream: the caller orders what follows on it, no framework is asked
-    assert spy.waits_around_the_call()[2] == [(0, 5)]  # only the instance stream waits for the given one
-    spy.log.clear()
-    gpu.run("sum", _CudaArray())  # no framework behind it
-    assert spy.waits_around_the_call()[2] == []
-
-    def broken():
-        raise RuntimeError("no current stream")
-
-    cupy.cuda.get_current_stream = broken  # a framework that cannot say: the call still runs
-    spy.log.clear()
-    assert isinstance(gpu.run("sum", x), cuplug.Tensor) and spy.waits_around_the_call()[2] == []
 
 
 def test_a_cuda_dlpack_operand_is_asked_for_the_launch_stream(gpu, spy):
@@ -954,7 +871,6 @@ def test_host_copies_check_the_dtype_not_only_the_item_size(b):
 
 def test_resident_results_come_back_of_the_callers_kind(b):
     assert isinstance(b.buffer(array.array("i", [1, 2])).to_host(), array.array)
-    assert isinstance(b.buffer(torch.ones(2)).to_host(), torch.Tensor)
     assert isinstance(b.run("add", b.buffer(np.ones(2, np.float32)), b.empty(2)).to_host(), np.ndarray)
 
 

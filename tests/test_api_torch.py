@@ -1,4 +1,4 @@
-"""The Python API with PyTorch CPU tensors (issue 19's interop, in process): bfloat16 and every dtype in and out
+"""The Python API with PyTorch CPU tensors (ABI v2 interop, in process): bfloat16 and every dtype in and out
 through DLPack, results of the caller's kind, attributes given as tensors, the strides PyTorch calls contiguous,
 and the frameworks' current streams ordered after a call. Apart from tests/test_api_v2.py so that the tests
 without PyTorch never pay its import (3 s a process: the mutation runs' first stage)."""

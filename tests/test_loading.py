@@ -178,9 +178,72 @@ def test_the_driver_thread_is_joined_and_reports_the_probe(fake):
     start = loading._DriverStart(0)
     r = start.probe()
     assert r.code == reasons.OK and r.devices[0].capability == (9, 0)
-    start.decided(True)  # the fake lacks cuDevicePrimaryCtxRetain: nothing retained, nothing raised
+    start.decided(True)  # the fake answers "not supported" to cuDevicePrimaryCtxRetain: nothing retained or raised
     start.finish()
     assert start._retained is None
     again = loading._DriverStart(0)
     again.finish()  # without a decision: it ends all the same
     assert again.probe().code == reasons.OK
+
+
+# ---- the driver thread's primary-context reference (issue 22's cold start), counted by the fake driver
+
+INIT, REFS, RETAINS, RELEASE_V2, RELEASE, DEV = range(6)
+
+
+@pytest.fixture
+def counted(fake):
+    """The fake driver with working primary-context calls; returns its counters as deltas from now."""
+    import ctypes
+
+    fake.setenv("FAKE_CUDA_PRIMARY_CTX", "1")
+    lib = ctypes.CDLL(driver.LIBCUDA)  # the same library the probe loads: the same counters
+    base = [lib.fake_cuda_count(i) for i in range(6)]
+    return lambda: [lib.fake_cuda_count(i) - (base[i] if i != DEV else 0) for i in range(6)]
+
+
+def test_a_cuda_decision_retains_the_primary_context_once_and_finish_releases_it(counted):
+    start = loading._DriverStart(0)
+    assert start.probe().code == reasons.OK
+    start.decided(True)
+    with start._done:  # the thread has done its part
+        pass
+    assert counted()[REFS : RELEASE + 1] == [1, 1, 0, 0]  # held while the backend is created
+    start.finish()
+    assert counted()[INIT : RELEASE + 1] == [1, 0, 1, 1, 0]  # one cuInit; released through the _v2 entry point
+
+
+def test_the_context_is_retained_on_the_device_that_was_asked(counted, fake):
+    fake.setenv("FAKE_CUDA_DEVICES", "9.0,8.0")
+    start = loading._DriverStart(1)
+    start.probe()
+    start.decided(True)
+    start.finish()
+    assert counted()[RETAINS] == 1 and counted()[DEV] == 1
+
+
+@pytest.mark.parametrize("decided", [False, None])  # a CPU decision, or none told before finish()
+def test_no_cuda_decision_retains_nothing(counted, decided):
+    start = loading._DriverStart(0)
+    start.probe()
+    if decided is not None:
+        start.decided(decided)
+    start.finish()
+    assert counted()[INIT : RELEASE + 1] == [1, 0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("knob", ["FAKE_CUDA_RETAIN_ERROR", "FAKE_CUDA_DEVICE_GET_ERROR"])
+def test_a_retain_that_fails_is_never_released(counted, fake, knob):
+    fake.setenv(knob, "2")
+    start = loading._DriverStart(0)
+    start.probe()
+    start.decided(True)
+    start.finish()
+    assert start._retained is None and counted()[RETAINS : RELEASE + 1] == [0, 0, 0]
+
+
+def test_the_probe_is_asked_of_the_thread_once(counted):
+    start = loading._DriverStart(0)
+    first, second = start.probe(), start.probe()
+    start.finish()
+    assert first is second and counted()[INIT] == 1

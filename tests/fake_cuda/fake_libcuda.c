@@ -18,6 +18,9 @@
  *   FAKE_CUDA_NAME           cuDeviceGetName answers this name (escape codes, newlines...)
  *   FAKE_CUDA_ATTR_FAIL_RC   the code that failing cuDeviceGetAttribute returns (default 1)
  *   FAKE_CUDA_COUNT_ERROR    cuDeviceGetCount fails with this code
+ *   FAKE_CUDA_PRIMARY_CTX    cuDevicePrimaryCtxRetain/Release(_v2) work and are counted (else they answer 801,
+ *                            not supported); fake_cuda_count() reads the counters (FAKE_COUNT_*)
+ *   FAKE_CUDA_RETAIN_ERROR   ... and cuDevicePrimaryCtxRetain fails with this code
  * Compiled with -DFAKE_NO_UUID it lacks cuDeviceGetUuid and cuDeviceGetUuid_v2 (-DFAKE_NO_UUID_V2:
  * only the _v2); with
  * -DFAKE_NO_SYMBOLS it exports no CUDA entry point at all.
@@ -90,7 +93,14 @@ static void parse(void) {
     }
 }
 
+/* What the tests count: cuInit calls, primary-context references held, retains, releases (_v2 and not),
+ * the device last retained. */
+enum { FAKE_COUNT_INIT, FAKE_COUNT_REFS, FAKE_COUNT_RETAINS, FAKE_COUNT_RELEASE_V2, FAKE_COUNT_RELEASE, FAKE_COUNT_DEV };
+static int counters[6];
+int fake_cuda_count(int which) { return which >= 0 && which < 6 ? counters[which] : -1; }
+
 CUresult cuInit(unsigned flags) {
+    ++counters[FAKE_COUNT_INIT];
     if (flags != 0) return 1; /* CUDA_ERROR_INVALID_VALUE: the flags must be 0, as the real driver says */
     const char* sleep_ms = getenv("FAKE_CUDA_INIT_SLEEP_MS");
     if (sleep_ms && atol(sleep_ms) > 0) {
@@ -179,6 +189,31 @@ CUresult cuGetErrorName(CUresult err, const char** s) {
         default: *s = "CUDA_ERROR_UNKNOWN"; return 999 == err ? 0 : 1;
     }
 }
+static CUresult primary_ctx(int dev) {
+    if (!getenv("FAKE_CUDA_PRIMARY_CTX")) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
+    if (!inited) return 3;
+    return dev < 0 || dev >= n_vis ? 101 : 0;
+}
+CUresult cuDevicePrimaryCtxRetain(void** ctx, int dev) {
+    CUresult rc = primary_ctx(dev);
+    if (!rc && env_int("FAKE_CUDA_RETAIN_ERROR", 0)) rc = env_int("FAKE_CUDA_RETAIN_ERROR", 0);
+    if (rc) return rc;
+    *ctx = &counters; /* any non-null handle */
+    ++counters[FAKE_COUNT_REFS];
+    ++counters[FAKE_COUNT_RETAINS];
+    counters[FAKE_COUNT_DEV] = dev;
+    return 0;
+}
+static CUresult release(int dev, int which) {
+    CUresult rc = primary_ctx(dev);
+    if (rc) return rc;
+    if (counters[FAKE_COUNT_REFS] == 0) return 201; /* CUDA_ERROR_INVALID_CONTEXT: released more than retained */
+    --counters[FAKE_COUNT_REFS];
+    ++counters[which];
+    return 0;
+}
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) { return release(dev, FAKE_COUNT_RELEASE_V2); }
+CUresult cuDevicePrimaryCtxRelease(int dev) { return release(dev, FAKE_COUNT_RELEASE); }
 CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, unsigned long long flags) {
     (void)version; (void)flags;
     /* The real driver maps a base name to its newest ABI ("cuDeviceTotalMem" -> _v2). */

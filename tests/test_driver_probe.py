@@ -129,8 +129,9 @@ def test_no_readable_capability_is_a_failed_init(fake, attribute):
     assert r.devices[0].capability is None
 
 
-def test_a_device_that_cannot_be_got_has_no_facts(fake):
-    fake.setenv("FAKE_CUDA_DEVICE_GET_ERROR", "101")
+@pytest.mark.parametrize("rc", ["101", "-2"])  # a negative status is a failure too
+def test_a_device_that_cannot_be_got_has_no_facts(fake, rc):
+    fake.setenv("FAKE_CUDA_DEVICE_GET_ERROR", rc)
     r = driver.probe()
     d = r.devices[0]
     assert (d.name, d.capability, d.memory_bytes, d.uuid) == (None, None, None, None) and "cuDeviceGet(0) failed" in (
@@ -147,6 +148,7 @@ def test_a_device_that_cannot_be_got_has_no_facts(fake):
         ("99.9", True),
         ("0.5", False),
         ("100.0", False),
+        ("101.0", False),
         ("9.10", False),
         ("9.11", False),
         ("9.-1", False),
@@ -195,13 +197,12 @@ def test_long_names_are_cut_at_the_buffer(fake):
     assert driver.probe().devices[0].name == "N" * 254
 
 
-def test_long_error_names_are_cut(fake):
+@pytest.mark.parametrize(("given", "shown"), [(300, 128), (129, 128), (128, 128), (127, 127)])
+def test_error_names_of_up_to_128_bytes_come_whole(fake, given, shown):
     fake.setenv("FAKE_CUDA_INIT_ERROR", "34")
-    fake.setenv("FAKE_CUDA_ERROR_NAME", "E" * 300)
+    fake.setenv("FAKE_CUDA_ERROR_NAME", "E" * given)
     reason = driver.probe().reason
-    assert (
-        "E" * driver.MAX_ERROR_NAME_BYTES + " (34)" in reason and "E" * (driver.MAX_ERROR_NAME_BYTES + 1) not in reason
-    )
+    assert f"cuInit failed: {'E' * shown} (34)" in reason
 
 
 def test_an_unnamed_error_is_shown_by_number(fake):

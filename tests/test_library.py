@@ -9,6 +9,7 @@ JSON object; messages name the real file, never the sealed copy it was mapped fr
 from __future__ import annotations
 
 import ctypes
+from typing import ClassVar
 
 import pytest
 
@@ -152,3 +153,123 @@ def test_long_texts_are_read_whole():
         return len(text)
 
     assert library._read_text(backend_text) == text.decode() and calls == [4096, len(text) + 1]
+
+
+def test_a_text_exactly_the_first_buffers_size_is_asked_for_again():
+    text = b"e" * 4096  # needs 4097 bytes with its NUL
+    calls = []
+
+    def backend_text(buf, n):
+        calls.append(n)
+        ctypes.memmove(buf, text[: n - 1] + b"\0", min(len(text), n - 1) + 1)
+        return len(text)
+
+    assert library._read_text(backend_text) == text.decode() and calls == [4096, 4097]
+
+
+class _PingOnly:
+    """A backend library's ping and last_error (snprintf's contract: the length needed is returned)."""
+
+    def __init__(self, *answers):
+        self.answers, self.sizes = list(answers), []
+
+    def cuplug_backend_ping(self, handle, buf, n):
+        self.sizes.append(n)
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, int):  # a status (< 0) or a length claimed without text
+            return answer
+        data = answer.encode()[: n - 1]
+        ctypes.memmove(buf, data + b"\0", len(data) + 1)
+        return len(answer.encode())
+
+    def cuplug_backend_last_error(self, handle, buf, n):
+        ctypes.memmove(buf, b"the device fell off the bus\0", 28)
+        return 27
+
+
+def _ping(*answers):
+    lib = library.BackendLibrary.__new__(library.BackendLibrary)
+    lib.lib = _PingOnly(*answers)
+    return lib.ping(1), lib.lib.sizes
+
+
+def test_a_description_up_to_64_kib_is_read_in_one_call():
+    assert _ping('{"a": 1}') == ((abi.OK, '{"a": 1}'), [1 << 16])
+    assert _ping("") == ((abi.OK, ""), [1 << 16])  # an empty answer is an answer (status 0)
+    assert _ping("x" * 65535) == ((abi.OK, "x" * 65535), [1 << 16])
+
+
+@pytest.mark.parametrize("length", [65536, 70000, 70001])
+def test_a_longer_description_is_asked_for_again_with_the_length_needed(length):
+    (rc, text), sizes = _ping("d" * length)
+    assert rc == abi.OK and text == "d" * length and sizes == [1 << 16, length + 1]
+
+
+def test_a_description_that_keeps_growing_is_followed_twice_then_refused():
+    grows = ["g" * 70000, "g" * 80000, "g" * 80000]
+    (rc, text), sizes = _ping(*grows)
+    assert rc == abi.OK and text == "g" * 80000 and sizes == [1 << 16, 70001, 80001]
+    (rc, text), sizes = _ping("g" * 70000, "g" * 80000, "g" * 90000, "g" * 90000)
+    assert (rc, text) == (abi.E_INVALID_ARGUMENT, "ping: the backend's description kept growing") and len(sizes) == 3
+
+
+def test_a_description_over_16_mib_is_refused_without_reading_it():
+    limit = 16 << 20
+    (rc, text), sizes = _ping(limit + 1)
+    assert (rc, text) == (
+        abi.E_INVALID_ARGUMENT,
+        f"ping: the backend's description is {limit + 1} bytes (limit {limit})",
+    )
+    assert sizes == [1 << 16]
+    (rc, _), sizes = _ping(limit, "")  # the limit itself is read
+    assert rc == abi.OK and sizes == [1 << 16, limit + 1]
+
+
+@pytest.mark.parametrize("status", [-1, -5, -6])
+def test_a_failed_ping_returns_its_status_and_the_backends_last_error(status):
+    assert _ping(status) == ((status, "the device fell off the bus"), [1 << 16])
+
+
+class _Opened:
+    """What open_backend drives: create, ping, destroy."""
+
+    destroyed: ClassVar[list[int]] = []
+
+    def __init__(self, path):
+        self.path = path
+
+    def create(self, device):
+        return 7
+
+    def ping(self, handle):
+        return self.answer
+
+    def destroy(self, handle):
+        _Opened.destroyed.append(handle)
+
+
+@pytest.mark.parametrize(
+    ("answer", "code", "message"),
+    [
+        ((abi.E_NO_KERNEL_IMAGE, "no kernel image for sm_90"), reasons.KERNEL_IMAGE_MISSING, "ping: no kernel image"),
+        ((abi.E_DEVICE, "illegal address"), reasons.LOAD_FAILED, "ping: illegal address"),
+        ((abi.E_INVALID_ARGUMENT, "bad"), reasons.LOAD_FAILED, "ping: bad"),
+        ((abi.OK, "[1, 2]"), reasons.LOAD_FAILED, "ping returned no usable JSON object: a JSON list"),
+        ((abi.OK, "{not json"), reasons.LOAD_FAILED, "ping returned no usable JSON object"),
+        ((abi.OK, "[" * 100_000), reasons.LOAD_FAILED, "ping returned no usable JSON object"),
+    ],
+)
+def test_a_ping_that_fails_names_why_and_destroys_the_instance(monkeypatch, answer, code, message):
+    monkeypatch.setattr(library, "BackendLibrary", type("Lib", (_Opened,), {"answer": answer}))
+    _Opened.destroyed.clear()
+    with pytest.raises(ArtifactError) as err:
+        library.open_backend("/x/lib.so", "/x/lib.so", None)
+    assert err.value.code == code and str(err.value).startswith(message) and _Opened.destroyed == [7]
+
+
+def test_an_entry_point_asked_of_a_library_not_opened_names_itself():
+    lib = library.BackendLibrary.__new__(library.BackendLibrary)
+    with pytest.raises(AttributeError, match=r"^call$"):
+        lib.call  # noqa: B018 - the lookup is the behaviour under test
+    with pytest.raises(AttributeError):
+        lib.not_an_entry_point  # noqa: B018

@@ -103,7 +103,7 @@ class BackendLibrary:
     def __getattr__(self, short: str) -> Any:
         """An entry point that takes tensors (call, alloc, tensor), bound when it is first used."""
         name = "cuplug_backend_" + short
-        if name not in SIGNATURES or short.startswith("_") or "lib" not in self.__dict__:
+        if name not in SIGNATURES or "lib" not in self.__dict__:  # not an entry point, or no library (yet)
             raise AttributeError(short)
         return self._bind(name)
 

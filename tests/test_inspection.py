@@ -140,3 +140,102 @@ def test_format_findings_shows_every_fact_and_problem(pkg):
     text = inspection.format_findings(inspection.inspect_target(str(pkg)))
     assert "MISMATCH" in text and "! size/sha256 differ" in text and "SASS sm_75" in text and "CPU  x86_64" in text
     assert "PTX  compute_75 (ISA 9.0)" in text
+
+
+def test_a_bad_entry_does_not_hide_the_ones_after_it(pkg):
+    """An entry naming a file outside the package, then a missing one: each is a finding, the rest still checked."""
+    _edit(pkg, 0, file="../outside.so")
+    (pkg / "ptx" / "libcuplug_vector.so").unlink()
+    found = inspection.inspect_target(str(pkg))
+    problems = [p for f in found for p in f.problems]
+    assert any("must be a relative path inside the package" in p for p in problems)
+    assert any("listed in the manifest, missing" in p for p in problems)
+    assert sum(f.ok for f in found) == 2
+
+
+def test_an_artifact_larger_than_inspect_reads_is_a_finding(pkg, monkeypatch):
+    monkeypatch.setattr(inspection, "MAX_INSPECT_BYTES", 1000)
+    found = inspection.inspect_target(str(pkg))
+    assert len(found) == 4 and not any(f.ok for f in found)
+    assert all(f.problems[0].endswith("more than the 1000 this reader accepts") for f in found), [
+        f.problems for f in found
+    ]
+
+
+def _zip_info(name: str, claimed: int) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name)
+    info.file_size = claimed
+    return info
+
+
+def test_a_wheel_member_is_read_up_to_512_mib(tmp_path):
+    path = tmp_path / "m.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("p/a.so", b"elf" * 10)
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo("p/a.so")
+        assert inspection._member(zf, info) == b"elf" * 10
+        info.file_size = 512 << 20  # what the entry claims is what is checked first: 512 MiB is read...
+        assert isinstance(inspection._member(zf, info), (bytes, str))
+        info.file_size = (512 << 20) + 1  # ...one byte more is refused unread
+        assert (
+            inspection._member(zf, info)
+            == f"member claims {(512 << 20) + 1} bytes, more than the {512 << 20} inspect reads"
+        )
+
+
+@pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_a_corrupt_wheel_member_is_a_finding_not_a_crash(tmp_path, compression):
+    wheel = next(Path(WHEELS or "").glob("cuplug_cuda13-*.whl"))
+    doctored = tmp_path / wheel.name
+    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(doctored, "w", compression) as zout:
+        for item in zin.infolist():
+            zout.writestr(item.filename, zin.read(item), compress_type=compression)
+    with zipfile.ZipFile(doctored) as zf:
+        info = next(i for i in zf.infolist() if i.filename.endswith("sm80/libcuplug_vector.so"))
+    data = bytearray(doctored.read_bytes())
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    for k in range(start + 100, start + 132):  # bytes inside the member's data
+        data[k] ^= 0x5A
+    doctored.write_bytes(bytes(data))
+    found = {f.variant: f for f in inspection.inspect_target(str(doctored))}
+    assert found["sm80"].problems[0].startswith("member unreadable: ")
+    assert sum(f.ok for f in found.values()) == 3  # the other members are still checked
+
+
+def _wheel_of(tmp_path: Path, members: dict[str, bytes]) -> Path:
+    path = tmp_path / "two-1-py3-none-manylinux_2_17_x86_64.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return path
+
+
+def test_an_unusable_manifest_in_a_wheel_does_not_hide_the_next_package(tmp_path):
+    wheel = next(Path(WHEELS or "").glob("cuplug_cuda13-*.whl"))
+    with zipfile.ZipFile(wheel) as zin:
+        members = {i.filename: zin.read(i) for i in zin.infolist()}
+    members = {"aaa_broken/manifest.json": b"{not json", **members}  # the wheel's first package
+    found = inspection.inspect_target(str(_wheel_of(tmp_path, members)))
+    assert found[0].where.endswith("!aaa_broken/manifest.json") and "unusable manifest" in found[0].problems[0]
+    assert len(found) == 5 and sum(f.ok for f in found) == 4
+
+
+def test_a_member_missing_from_a_wheel_does_not_hide_the_next_one(tmp_path):
+    wheel = next(Path(WHEELS or "").glob("cuplug_cuda13-*.whl"))
+    with zipfile.ZipFile(wheel) as zin:
+        members = {i.filename: zin.read(i) for i in zin.infolist()}
+    doc = json.loads(members["cuplug_cuda13/manifest.json"])
+    first = doc["artifacts"][0]["file"]
+    del members[f"cuplug_cuda13/{first}"]
+    last = f"cuplug_cuda13/{doc['artifacts'][-1]['file']}"
+    members[last] = members[last][:-1] + bytes([members[last][-1] ^ 1])
+    found = inspection.inspect_target(str(_wheel_of(tmp_path, members)))
+    assert found[0].problems == ["listed in the manifest, missing from the wheel"]
+    assert any("size/sha256" in p for p in found[-1].problems) and sum(f.ok for f in found) == 2
+
+
+def test_a_library_beside_an_unusable_manifest_is_inspected_alone(pkg):
+    (pkg / "manifest.json").write_text("{not json")
+    (f,) = inspection.inspect_target(str(pkg / "sm80" / "libcuplug_vector.so"))
+    assert f.ok and f.expected is None and f.found["sass"] == ["sm_80"]

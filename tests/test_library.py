@@ -242,7 +242,8 @@ class _Opened:
         return 7
 
     def ping(self, handle):
-        return self.answer
+        status, text = self.answer
+        return int(str(status)), text  # a status from C: a fresh int object, as ctypes returns it
 
     def destroy(self, handle):
         _Opened.destroyed.append(handle)
@@ -253,6 +254,8 @@ class _Opened:
     [
         ((abi.E_NO_KERNEL_IMAGE, "no kernel image for sm_90"), reasons.KERNEL_IMAGE_MISSING, "ping: no kernel image"),
         ((abi.E_DEVICE, "illegal address"), reasons.LOAD_FAILED, "ping: illegal address"),
+        ((abi.E_WRONG_DEVICE, "another device"), reasons.LOAD_FAILED, "ping: another device"),
+        ((abi.E_BUFFER_TOO_SMALL, "small"), reasons.LOAD_FAILED, "ping: small"),
         ((abi.E_INVALID_ARGUMENT, "bad"), reasons.LOAD_FAILED, "ping: bad"),
         ((abi.OK, "[1, 2]"), reasons.LOAD_FAILED, "ping returned no usable JSON object: a JSON list"),
         ((abi.OK, "{not json"), reasons.LOAD_FAILED, "ping returned no usable JSON object"),
@@ -273,3 +276,36 @@ def test_an_entry_point_asked_of_a_library_not_opened_names_itself():
         lib.call  # noqa: B018 - the lookup is the behaviour under test
     with pytest.raises(AttributeError):
         lib.not_an_entry_point  # noqa: B018
+
+
+def test_a_short_text_costs_one_call():
+    calls = []
+
+    def backend_text(buf, n):
+        calls.append(n)
+        ctypes.memmove(buf, b"no device\0", 10)
+        return 9
+
+    assert library._read_text(backend_text) == "no device" and calls == [4096]
+
+
+def test_a_ping_json_of_up_to_1_mib_is_parsed():
+    limit = 1 << 20
+    exact = '{"a": "' + "x" * (limit - 9) + '"}'
+    assert len(exact) == limit and len(library.parse_ping(exact)["a"]) == limit - 9
+    with pytest.raises(ValueError, match=f"^{limit + 1} bytes$"):
+        library.parse_ping(exact + " ")
+
+
+def test_the_device_preference_reaches_the_backends_create():
+    seen = []
+
+    class Create:
+        def cuplug_backend_create(self, pref):
+            seen.append(pref)
+            return 42
+
+    lib = library.BackendLibrary.__new__(library.BackendLibrary)
+    lib.lib = Create()
+    assert lib.create("cuda:1") == 42 and lib.create(None) == 42 and lib.create("") == 42
+    assert seen == [b"cuda:1", None, None]

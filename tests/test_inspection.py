@@ -140,6 +140,8 @@ def test_format_findings_shows_every_fact_and_problem(pkg):
     text = inspection.format_findings(inspection.inspect_target(str(pkg)))
     assert "MISMATCH" in text and "! size/sha256 differ" in text and "SASS sm_75" in text and "CPU  x86_64" in text
     assert "PTX  compute_75 (ISA 9.0)" in text
+    verdicts = [line.split()[:2] for line in text.splitlines() if not line.startswith(" ")]
+    assert sorted(v for _, v in verdicts) == ["MISMATCH", "ok", "ok", "ok"]  # "no manifest" only without one
 
 
 def test_a_bad_entry_does_not_hide_the_ones_after_it(pkg):
@@ -176,7 +178,7 @@ def test_a_wheel_member_is_read_up_to_512_mib(tmp_path):
         info = zf.getinfo("p/a.so")
         assert inspection._member(zf, info) == b"elf" * 10
         info.file_size = 512 << 20  # what the entry claims is what is checked first: 512 MiB is read...
-        assert isinstance(inspection._member(zf, info), (bytes, str))
+        assert not str(inspection._member(zf, info)).startswith("member claims")
         info.file_size = (512 << 20) + 1  # ...one byte more is refused unread
         assert (
             inspection._member(zf, info)
@@ -239,3 +241,47 @@ def test_a_library_beside_an_unusable_manifest_is_inspected_alone(pkg):
     (pkg / "manifest.json").write_text("{not json")
     (f,) = inspection.inspect_target(str(pkg / "sm80" / "libcuplug_vector.so"))
     assert f.ok and f.expected is None and f.found["sass"] == ["sm_80"]
+
+
+def test_a_file_that_is_not_for_the_manifests_cpu_is_a_finding(pkg):
+    lib = pkg / "sm80" / "libcuplug_vector.so"
+    data = bytearray(lib.read_bytes())
+    data[18:20] = (183).to_bytes(2, "little")  # e_machine: aarch64
+    lib.write_bytes(bytes(data))
+    import hashlib
+
+    _edit(pkg, _index(pkg, "sm80"), size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    (f,) = [f for f in inspection.inspect_target(str(pkg)) if f.variant == "sm80"]
+    assert f.arch == "aarch64" and f.problems == ["arch: file is aarch64, manifest says x86_64"]
+
+
+def _index(pkg: Path, variant: str) -> int:
+    doc = json.loads((pkg / "manifest.json").read_text())
+    return next(i for i, a in enumerate(doc["artifacts"]) if a["variant"] == variant)
+
+
+def test_a_nested_manifest_json_in_a_wheel_is_not_a_backend_manifest(tmp_path):
+    wheel = next(Path(WHEELS or "").glob("cuplug_cuda13-*.whl"))
+    with zipfile.ZipFile(wheel) as zin:
+        members = {i.filename: zin.read(i) for i in zin.infolist()}
+    members["cuplug_cuda13/data/manifest.json"] = b"{an unrelated data file"
+    found = inspection.inspect_target(str(_wheel_of(tmp_path, members)))
+    assert len(found) == 4 and all(f.ok for f in found)
+
+
+def test_only_a_whl_file_is_read_as_a_wheel(pkg, tmp_path):
+    odd = tmp_path / "libvector.zip"  # a library under any other name is a library
+    shutil.copy(pkg / "sm80" / "libcuplug_vector.so", odd)
+    (f,) = inspection.inspect_target(str(odd))
+    assert f.ok and f.found["sass"] == ["sm_80"]
+
+
+def test_a_library_that_cannot_be_read_keeps_its_variant(pkg, monkeypatch):
+    monkeypatch.setattr(inspection, "MAX_INSPECT_BYTES", 1000)
+    (f,) = inspection.inspect_target(str(pkg / "sm80" / "libcuplug_vector.so"))
+    assert f.variant == "sm80" and not f.ok and f.problems[0].endswith("more than the 1000 this reader accepts")
+
+
+def test_a_name_too_long_to_examine_is_a_usage_error():
+    with pytest.raises(inspection.InspectError, match="cannot be examined"):
+        inspection.inspect_target("x" * 5000)

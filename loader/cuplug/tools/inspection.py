@@ -119,17 +119,11 @@ def _member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int = MAX_INSPECT
     """A wheel member's bytes, read in bounded chunks; or why not (claims to be huge, corrupt)."""
     if info.file_size > limit:
         return f"member claims {info.file_size} bytes, more than the {limit} inspect reads"
-    chunks, total = [], 0
     try:
         with zf.open(info) as f:
-            while chunk := f.read(1 << 20):
-                total += len(chunk)
-                if total > limit:
-                    return f"member is larger than the {limit} bytes inspect reads"
-                chunks.append(chunk)
+            return f.read()  # zipfile never returns more than the entry's file_size, checked above
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, ValueError, RuntimeError) as exc:
         return f"member unreadable: {exc}"
-    return b"".join(chunks)
 
 
 def _wheel(path: Path) -> list[Finding]:
@@ -207,7 +201,7 @@ def inspect_target(target: str | None) -> list[Finding]:
     path = Path(target)
     try:
         is_dir, is_file = path.is_dir(), path.is_file()
-    except (OSError, ValueError) as exc:
+    except OSError as exc:  # e.g. a name too long (pathlib answers False for a NUL in it)
         raise InspectError(f"{target!r} cannot be examined: {exc}") from None
     if is_dir:
         if not (path / manifest.FILE_NAME).exists():

@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 
 ELF_MAGIC = b"\x7fELF"
 ELFCLASS64, ELFDATA2LSB, ET_DYN = 2, 1, 3
-EM_X86_64 = 62
 PROC_SELF_FD = "/proc/self/fd"  # a module attribute, so a test can take /proc away
 CHUNK = 1 << 20
 
@@ -126,7 +125,7 @@ def check_elf_header(head: bytes, name: str) -> None:
 
 
 def _open_artifact(path: str) -> int:
-    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_NOFOLLOW", 0)
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW
     try:
         return os.open(path, flags)
     except FileNotFoundError:

@@ -232,9 +232,10 @@ def test_no_cuda_decision_retains_nothing(counted, decided):
     assert counted()[INIT : RELEASE + 1] == [1, 0, 0, 0, 0]
 
 
+@pytest.mark.parametrize("rc", ["2", "-2"])  # a negative status is a failure too
 @pytest.mark.parametrize("knob", ["FAKE_CUDA_RETAIN_ERROR", "FAKE_CUDA_DEVICE_GET_ERROR"])
-def test_a_retain_that_fails_is_never_released(counted, fake, knob):
-    fake.setenv(knob, "2")
+def test_a_retain_that_fails_is_never_released(counted, fake, knob, rc):
+    fake.setenv(knob, rc)
     start = loading._DriverStart(0)
     start.probe()
     start.decided(True)
@@ -247,3 +248,54 @@ def test_the_probe_is_asked_of_the_thread_once(counted):
     first, second = start.probe(), start.probe()
     start.finish()
     assert first is second and counted()[INIT] == 1
+
+
+@pytest.fixture
+def unraisable(monkeypatch):
+    """What escapes a thread started with _thread (sys.unraisablehook hears it)."""
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    return seen
+
+
+@pytest.mark.parametrize("which", ["missing", "no-entry-points"])
+def test_a_driver_that_cannot_retain_never_breaks_the_thread(no_driver, tmp_path, unraisable, which):
+    """No driver file (OSError), or one without the entry points (AttributeError): nothing is retained,
+    nothing escapes the thread, finish() returns."""
+    from conftest import HERE, build_shared_library
+
+    if which == "no-entry-points":
+        path = build_shared_library(
+            HERE / "fake_cuda" / "fake_libcuda.c", tmp_path / "libcuda.so.1", "-ldl", "-DFAKE_NO_SYMBOLS"
+        )
+        no_driver.setattr(driver, "LIBCUDA", str(path))
+    start = loading._DriverStart(0)
+    start.probe()
+    start.decided(True)
+    start.finish()
+    assert start._retained is None and unraisable == []
+
+
+@pytest.mark.parametrize(
+    ("env", "threads"),
+    [
+        ({}, 1),
+        ({"CUPLUG_BACKEND": "cpu"}, 0),
+        ({"CUPLUG_DISABLE_CUDA": "1"}, 0),
+        ({"CUPLUG_BACKEND": "cuda13:sm80"}, 1),
+    ],
+)
+def test_load_starts_the_driver_on_its_own_thread_unless_cuda_is_off(fake, env, threads):
+    """The cold start's overlap (issue 22): the probe runs beside discovery and verification."""
+    started = []
+
+    class Recorded(loading._DriverStart):
+        def __init__(self, device):
+            started.append(device)
+            super().__init__(device)
+
+    fake.setattr(loading, "_DriverStart", Recorded)
+    for name, value in env.items():
+        fake.setenv(name, value)
+    loading.load("vector").close()
+    assert started == [0] * threads

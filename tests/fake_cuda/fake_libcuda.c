@@ -205,11 +205,11 @@ CUresult cuDevicePrimaryCtxRetain(void** ctx, int dev) {
     return 0;
 }
 static CUresult release(int dev, int which) {
+    ++counters[which]; /* every call counts, a wrong one too */
     CUresult rc = primary_ctx(dev);
     if (rc) return rc;
     if (counters[FAKE_COUNT_REFS] == 0) return 201; /* CUDA_ERROR_INVALID_CONTEXT: released more than retained */
     --counters[FAKE_COUNT_REFS];
-    ++counters[which];
     return 0;
 }
 CUresult cuDevicePrimaryCtxRelease_v2(int dev) { return release(dev, FAKE_COUNT_RELEASE_V2); }

@@ -505,3 +505,28 @@ def test_without_memfd_a_file_altered_before_its_private_copy_is_refused(tmp_pat
 
         monkeypatch.setattr(verify, "check_elf_header", alter)
         _corrupt(art, f"p{i}.so: sha256 differs from the manifest (file altered while read)")
+    monkeypatch.setattr(verify, "check_elf_header", real)
+    (tmp_path / art.file).write_bytes(data)  # put back: the same file verifies again (no half copy left behind)
+    assert verify.verified(art).how == "private-copy"
+
+
+def test_a_private_copy_that_fails_after_the_memfd_closes_each_descriptor_once(tmp_path, lib, monkeypatch):
+    """memfd works, /proc does not, and the private copy then fails: its own error comes out (never EBADF from
+    a second close), and no descriptor of this process is lost or leaked."""
+    art = _artifact(tmp_path, "p.so", lib + b"\0" * 7)  # bytes no other test verified: nothing cached
+    monkeypatch.setattr(verify, "PROC_SELF_FD", str(tmp_path / "no-proc"))
+
+    def fails(*_):
+        raise FileNotFoundError(2, "No such file or directory", "private dir")
+
+    monkeypatch.setattr(verify, "_private_copy", fails)
+    before = sorted(os.listdir("/proc/self/fd"))
+    with pytest.raises(FileNotFoundError):
+        verify.verified(art)
+    assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_long_non_ascii_file_name_still_gets_a_memfd(tmp_path, lib):
+    name = "\u00e9" * 120 + ".so"  # 243 bytes in UTF-8: the label given to the kernel is cut in bytes, not characters
+    art = _artifact(tmp_path, name, lib + b"\0" * 9)
+    assert verify.verified(art).how == "memfd"

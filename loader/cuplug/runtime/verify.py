@@ -142,7 +142,8 @@ def _new_sink(name: str) -> tuple[int, str]:
     if create is None:
         return -1, "os.memfd_create is not available"
     try:
-        return create(f"cuplug:{name}"[:240], os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING), "memfd"
+        label = f"cuplug:{name}".encode()[:240].decode(errors="ignore")  # the kernel takes 249 bytes at most
+        return create(label, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING), "memfd"
     except OSError as exc:
         return -1, f"memfd_create failed: {exc.strerror or exc}"
 
@@ -279,9 +280,12 @@ def _private_copy(src_fd: int, data_fd: int | None, name: str, sha: str) -> str:
             got, _ = _copy_and_hash(src_fd, -1, os.fstat(src_fd).st_size, name, write_to=fd)
             if got != sha:
                 raise _corrupt(f"{name}: sha256 differs from the manifest (file altered while read)")
+        os.chmod(target, 0o500)
+    except BaseException:  # a half-written copy never stays under the name the next verify would create
+        os.unlink(target)
+        raise
     finally:
         os.close(fd)
-    os.chmod(target, 0o500)
     return target
 
 
@@ -318,8 +322,8 @@ def verified(artifact: Artifact) -> Verified:
             cached = _images.get(sha)
             if cached is not None and _still_ours(cached):
                 return Verified(path, cached.load_path, sha, cached.how)
-            image = _keep(src, sink, name, sha)
-            sink = -1  # owned by the image now (or closed)
+            owned, sink = sink, -1  # _keep owns it from here: kept by the image, or closed, even if it fails
+            image = _keep(src, owned, name, sha)
             _images[sha] = image
             return Verified(path, image.load_path, sha, image.how)
     finally:

@@ -963,3 +963,66 @@ def test_a_cuda_backend_refuses_work_in_a_forked_child(b, spy, gpu):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert len(gpu.run("add", t, t).to_host()) == 4  # the parent's instance is untouched
+
+
+# ---- DLPack capsules as a consumer sees them (runtime.dlpack)
+
+
+class _Capsule:
+    """A producer handing out one prepared capsule."""
+
+    def __init__(self, capsule):
+        self.capsule = capsule
+
+    def __dlpack__(self, **_):
+        return self.capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+def _export(a, versioned=True, read_only=False):
+    return dlpack.export(a, a.ctypes.data, (1, 0), abi.CDtype(2, 32, 1), a.shape, versioned, read_only)
+
+
+def test_a_versioned_export_is_dlpack_1_0_and_its_read_only_flag_is_honoured():
+    a = np.arange(4, dtype=np.float32)
+    cap = _export(a)
+    managed = dlpack.DLManagedTensorVersioned.from_address(
+        dlpack._obj_api.PyCapsule_GetPointer(cap, b"dltensor_versioned")
+    )
+    assert (managed.version.major, managed.version.minor, managed.flags) == (1, 0, 0)
+    assert np.from_dlpack(_Capsule(cap)).flags.writeable
+    ro = np.from_dlpack(_Capsule(_export(a, read_only=True)))
+    assert not ro.flags.writeable and ro.tolist() == [0, 1, 2, 3]  # NumPy reads bit 0 (READ_ONLY) of DLPack 1.0
+
+
+def test_only_the_read_only_flag_makes_an_imported_tensor_read_only(b):
+    """A versioned producer's other flags (IS_COPIED, bit 1) do not forbid writing: such a tensor can be out=."""
+    x, out = np.ones(3, np.float32), np.zeros(3, np.float32)
+    cap = _export(out)
+    managed = dlpack.DLManagedTensorVersioned.from_address(
+        dlpack._obj_api.PyCapsule_GetPointer(cap, b"dltensor_versioned")
+    )
+    managed.flags = 2  # DLPack 1.0's IS_COPIED
+    b.run("add", x, x, out=_Capsule(cap))
+    np.testing.assert_array_equal(out, [2, 2, 2])
+    with pytest.raises(cuplug.InvalidInputError, match="read-only"):
+        b.run("add", x, x, out=_Capsule(_export(np.zeros(3, np.float32), read_only=True)))
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_a_capsule_nobody_consumes_releases_what_it_holds(versioned):
+    class Owner:
+        pass
+
+    owner = Owner()
+    owner.a = np.arange(3, dtype=np.float32)
+    gone = weakref.ref(owner)
+    cap = dlpack.export(owner, owner.a.ctypes.data, (1, 0), abi.CDtype(2, 32, 1), (3,), versioned)
+    del owner
+    gc.collect()
+    assert gone() is not None  # the capsule keeps its producer alive...
+    del cap
+    gc.collect()
+    assert gone() is None  # ...and lets it go when dropped unconsumed

@@ -26,8 +26,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-FLAG_READ_ONLY = 1 << 0  # DLPack 1.0 flags of a versioned tensor
-FLAG_IS_COPIED = 1 << 1
+FLAG_READ_ONLY = 1 << 0  # DLPack 1.0's flag of a versioned tensor that must not be written
 
 _LEGACY = b"dltensor"
 _VERSIONED = b"dltensor_versioned"

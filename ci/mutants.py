@@ -272,6 +272,9 @@ def report(results: list[dict[str, object]], out: Path, meta: dict[str, object])
             f"| `{r['module']}` | {n} | {r['killed']} | {r['timeout']} | {r['incompetent']} | {r['survived']} | "
             f"{_pct(r['score'])} | {_pct(r['score_counting_equivalent'])} | {met} | {r.get('seconds', '-')} s |"
         )
+    missing = [m for m in MODULES if m not in {r["module"] for r in results}]
+    if missing:
+        lines += ["", "Not in this report (not run into this directory): " + ", ".join(f"`{m}`" for m in missing) + "."]
     for r in results:
         if not r["survivors"]:
             continue

@@ -1026,3 +1026,36 @@ def test_a_capsule_nobody_consumes_releases_what_it_holds(versioned):
     del cap
     gc.collect()
     assert gone() is None  # ...and lets it go when dropped unconsumed
+
+
+def test_a_child_forked_while_a_thread_holds_the_export_lock_can_still_export():
+    """The export registry's lock is made anew in a fork's child: a parent thread that held it at the fork
+    never leaves the child hanging on its first export."""
+    import signal
+    import threading
+
+    held, done = threading.Event(), threading.Event()
+
+    def hold():
+        with dlpack._exports_lock:
+            held.set()
+            done.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    assert held.wait(10)
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(5)  # a hang ends the child with SIGALRM
+        try:
+            a = np.ones(2, np.float32)
+            cap = _export(a)
+            del cap
+            gc.collect()
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    done.set()
+    t.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -26,7 +26,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-FLAG_READ_ONLY = 1 << 0  # DLPack 1.0's flag of a versioned tensor that must not be written
+FLAG_READ_ONLY = 1  # bit 0 of DLPack 1.0's flags: a versioned tensor that must not be written
 
 _LEGACY = b"dltensor"
 _VERSIONED = b"dltensor_versioned"

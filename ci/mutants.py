@@ -193,12 +193,14 @@ def summarize(module: str, db: Path, source: list[str]) -> dict[str, object]:
     con = sqlite3.connect(db)
     rows = con.execute(
         "select s.operator_name, s.occurrence, s.start_pos_row, s.start_pos_col, r.worker_outcome, r.test_outcome, "
-        "r.diff from mutation_specs s join work_results r on r.job_id = s.job_id"
+        "r.diff from mutation_specs s left join work_results r on r.job_id = s.job_id"
     ).fetchall()
-    counts = {"killed": 0, "survived": 0, "incompetent": 0, "timeout": 0, "skipped": 0}
+    counts = {"killed": 0, "survived": 0, "incompetent": 0, "timeout": 0, "skipped": 0, "pending": 0}
     survivors = []
     for op, occ, row, col, worker, test, diff in rows:
-        if worker == "SKIPPED":
+        if worker is None:  # a run stopped early: it survived the stages it met, not yet the rest
+            counts["pending"] += 1
+        elif worker == "SKIPPED":
             counts["skipped"] += 1
         elif worker == "ABNORMAL":
             counts["timeout"] += 1
@@ -213,7 +215,7 @@ def summarize(module: str, db: Path, source: list[str]) -> dict[str, object]:
                 {"line": row, "col": col, "operator": op, "occurrence": occ, "source": text, "diff": _short(diff)}
             )
     detected = counts["killed"] + counts["timeout"] + counts["incompetent"]
-    total = detected + counts["survived"]
+    total = detected + counts["survived"] + counts["pending"]  # pending counts against the score
     return {
         "module": module,
         **counts,
@@ -247,9 +249,11 @@ def report(results: list[dict[str, object]], out: Path, meta: dict[str, object])
         for s in r["survivors"]:  # type: ignore[union-attr]
             s["equivalent"] = equivalent.get(_key(s))
         argued = sum(1 for s in r["survivors"] if s["equivalent"])  # type: ignore[union-attr]
-        denominator = int(r["killed"]) + int(r["timeout"]) + int(r["incompetent"]) + int(r["survived"])  # type: ignore[call-overload]
+        denominator = sum(int(r.get(k, 0)) for k in ("killed", "timeout", "incompetent", "survived", "pending"))  # type: ignore[call-overload]
         r["score_counting_equivalent"] = (
-            round((denominator - int(r["survived"]) + argued) / denominator, 4) if denominator else None
+            round((denominator - int(r["survived"]) - int(r.get("pending", 0)) + argued) / denominator, 4)
+            if denominator
+            else None
         )  # type: ignore[call-overload]
     doc = {**meta, "target": TARGET, "modules": results}
     (out / "mutants.json").write_text(json.dumps(doc, indent=2) + "\n")
@@ -264,12 +268,12 @@ def report(results: list[dict[str, object]], out: Path, meta: dict[str, object])
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
-        n = sum(int(r[k]) for k in ("killed", "timeout", "incompetent", "survived"))  # type: ignore[call-overload]
+        n = sum(int(r.get(k, 0)) for k in ("killed", "timeout", "incompetent", "survived", "pending"))  # type: ignore[call-overload]
         met = "met" if (r["score_counting_equivalent"] or 0) >= TARGET else "**missed**"
         if r.get("error"):
             met = "**did not run** (mutants.json says why)"
         lines.append(
-            f"| `{r['module']}` | {n} | {r['killed']} | {r['timeout']} | {r['incompetent']} | {r['survived']} | "
+            f"| `{r['module']}` | {n} | {r['killed']} | {r['timeout']} | {r['incompetent']} | {r['survived']}{_pending(r)} | "
             f"{_pct(r['score'])} | {_pct(r['score_counting_equivalent'])} | {met} | {r.get('seconds', '-')} s |"
         )
     missing = [m for m in MODULES if m not in {r["module"] for r in results}]
@@ -284,6 +288,10 @@ def report(results: list[dict[str, object]], out: Path, meta: dict[str, object])
             diff = "; ".join(d.strip() for d in str(s["diff"]).splitlines())
             lines.append(f"- line {s['line']} `{s['operator']}` #{s['occurrence']}: `{diff}`{why}")
     (out / "mutants.md").write_text("\n".join(lines) + "\n")
+
+
+def _pending(r: dict[str, object]) -> str:
+    return f" + {r['pending']} not through every stage (stopped)" if r.get("pending") else ""
 
 
 def _pct(v: object) -> str:
@@ -306,7 +314,13 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("modules", nargs="*", help=f"modules under cuplug/ (default: all {len(MODULES)})")
-    p.add_argument("--slot", action="append", required=True, type=Path, help="a venv's site-packages with cuplug")
+    p.add_argument("--slot", action="append", type=Path, help="a venv's site-packages with cuplug (one per slot)")
+    p.add_argument(
+        "--summarize",
+        action="store_true",
+        help="run nothing: report the modules' databases in --work as they stand (a run stopped early; its "
+        "mutants not yet through every stage are 'pending' and count as survivors)",
+    )
     p.add_argument("--out", required=True, type=Path, help="where mutants.json and mutants.md go")
     p.add_argument("--changed", metavar="BASE", help="only the modules whose source differs from git BASE")
     p.add_argument("--work", type=Path, default=ROOT / "build" / "mutants", help="cosmic-ray's configs and databases")
@@ -320,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     log: list[str] = []
-    free = list(args.slot)
+    free = list(args.slot or [])
     results: dict[str, dict[str, object]] = {}
 
     from importlib.metadata import version
@@ -330,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python3 ci/nox.py -s mutants [-- MODULE ...], one module set per run, merged by module",
         "machine": f"{os.uname().nodename}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}",
         "cosmic_ray": version("cosmic-ray"),
-        "slots": len(args.slot),
+        "slots": len(args.slot or []),
     }
     lock = threading.Lock()
 
@@ -339,6 +353,19 @@ def main(argv: list[str] | None = None) -> int:
         kept = json.loads(earlier.read_text())["modules"] if earlier.is_file() else []
         merged = {str(r["module"]): r for r in kept if r["module"] in MODULES} | results
         report([merged[m] for m in MODULES if m in merged], args.out, meta)
+
+    if args.summarize:
+        for module in modules:
+            db = args.work / f"{_slug(module)}.sqlite"
+            if not db.is_file():
+                p.error(f"{db} does not exist: {module} was never run into {args.work}")
+            result = summarize(module, db, (ROOT / "loader" / "cuplug" / module).read_text().splitlines())
+            result["date"] = str(datetime.date.fromtimestamp(db.stat().st_mtime))
+            results[module] = result
+        write_report()
+        return 0
+    if not args.slot:
+        p.error("--slot is required (a venv's site-packages with cuplug), unless --summarize")
 
     def job(module: str) -> None:
         site = free.pop()

@@ -163,8 +163,20 @@ def _device(lib: ctypes.CDLL, index: int) -> Device:
     major, minor = ctypes.c_int(-1), ctypes.c_int(-1)
     get_attr = getattr(lib, "cuDeviceGetAttribute", None)
     capability: tuple[int, int] | None = None
-    ok_major = call("cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)", get_attr, ctypes.byref(major), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
-    ok_minor = call("cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)", get_attr, ctypes.byref(minor), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
+    ok_major = call(
+        "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)",
+        get_attr,
+        ctypes.byref(major),
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+        dev,
+    )
+    ok_minor = call(
+        "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)",
+        get_attr,
+        ctypes.byref(minor),
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+        dev,
+    )
     if ok_major and ok_minor:
         if 0 < major.value < 100 and 0 <= minor.value < 10:
             capability = (major.value, minor.value)

@@ -1,11 +1,16 @@
-"""Selection is a pure function: facts in, ordered candidates with reasons out."""
+"""Selection is a pure function: facts in, ordered candidates with reasons out (rank), and the whole decision
+(decide) from the policy, the driver's facts and what is installed."""
 
 from __future__ import annotations
 
 import pytest
 
 from cuplug.contract import reasons
+from cuplug.contract.errors import ConfigError
 from cuplug.contract.manifest import Artifact
+from cuplug.runtime import policy, select
+from cuplug.runtime.discovery import Discovery, InstalledPackage, Refused
+from cuplug.runtime.driver import Device, ProbeResult
 from cuplug.runtime.select import rank
 
 BASE = Artifact(
@@ -129,3 +134,124 @@ def test_deterministic_and_total(cc):
     assert [c.label for c in first] == [c.label for c in second]
     assert len(first) == len(arts) + 1 and first[-1].variant == "cpu"
     assert all(c.reason for c in first)
+
+
+# ---- the whole decision (select.decide): policy, driver facts and installed packages in, one Decision out
+
+
+def _found(*artifacts, error=None, problems=(), refused=(), extras=("cuda12", "cuda13")) -> Discovery:
+    pkg = InstalledPackage(
+        "cuda12", "cuplug_cuda12", "/site/cuplug_cuda12", tuple(artifacts), error, "cuplug_cuda12", problems
+    )
+    packages = (pkg,) if artifacts or error or problems else ()
+    return Discovery("vector", None, packages, tuple(refused), None, None, extras)
+
+
+def _probe(cc=(9, 0), driver=12040, code=reasons.OK, reason="", devices=1) -> ProbeResult:
+    devs = tuple(Device(i, "GPU", cc, 1 << 30, f"GPU-{i}") for i in range(devices))
+    return ProbeResult(code, reason, driver_found=True, driver_version=driver, devices=devs)
+
+
+def _decide(env=None, probe=None, found=None):
+    return select.decide("vector", policy.from_env(env or {}), probe, found if found is not None else _found(*matrix()))
+
+
+class TestDecide:
+    def test_the_best_candidate_is_the_decision_and_the_cpu_comes_last(self):
+        d = _decide(probe=_probe())
+        assert d.chosen.label == "cuda12/fatbin" and (d.code, d.reason) == (d.chosen.code, d.chosen.reason)
+        assert [c.label for c in d.to_try] == ["cuda12/fatbin", "cuda12/ptx"] and d.cpu.variant == "cpu"
+        assert d.candidates[-1] is d.cpu and d.forced is None
+
+    def test_the_kill_switch_decides_alone(self):
+        d = _decide({"CUPLUG_DISABLE_CUDA": "1"}, probe=None)
+        assert d.code == reasons.DISABLED and [c.variant for c in d.candidates] == ["cpu"]
+        assert d.reason == "CUPLUG_DISABLE_CUDA=1: CUDA disabled, libcuda.so.1 not opened" and d.to_try == ()
+
+    def test_a_forced_variant_is_first_and_named(self):
+        d = _decide({"CUPLUG_BACKEND": "sm75"}, probe=_probe())
+        assert d.forced is d.chosen and d.chosen.variant == "sm75" and d.code == reasons.FORCED
+        d = _decide({"CUPLUG_BACKEND": "cpu"}, probe=None)
+        assert d.chosen is d.cpu and d.forced is d.cpu and d.code == reasons.FORCED and d.to_try == ()
+
+    @pytest.mark.parametrize(
+        ("forced", "ok"),
+        [("sm80", True), ("cuda12:sm80", True), ("CUDA12:SM80", True), ("cuda13:sm80", False), ("bogus", False)],
+    )
+    def test_a_forced_variant_nobody_installed_is_a_config_error(self, forced, ok):
+        if ok:
+            assert _decide({"CUPLUG_BACKEND": forced}, probe=_probe()).code == reasons.FORCED
+            return
+        with pytest.raises(ConfigError) as err:
+            _decide({"CUPLUG_BACKEND": forced}, probe=_probe())
+        assert str(err.value).startswith(f"CUPLUG_BACKEND={forced!r}: no installed artifact of backend 'vector' is ")
+        assert "installed: cuda12:fatbin, cuda12:ptx, cuda12:sm75, cuda12:sm80; or cpu, auto" in str(err.value)
+
+    def test_a_forced_variant_when_nothing_is_installed_names_none(self):
+        with pytest.raises(ConfigError, match="installed: none; or cpu"):
+            _decide({"CUPLUG_BACKEND": "sm80"}, probe=_probe(), found=_found())
+
+    def test_a_failed_probe_is_the_reason(self):
+        d = _decide(probe=ProbeResult(reasons.NO_DRIVER, "libcuda.so.1 not found"))
+        assert (d.code, d.reason) == (reasons.NO_DRIVER, "libcuda.so.1 not found") and d.chosen is d.cpu
+
+    def test_the_device_asked_for_must_exist_and_say_its_capability(self):
+        d = _decide({"CUPLUG_DEVICE": "1"}, probe=_probe())
+        assert (d.code, d.reason) == (reasons.NO_DEVICE, "CUPLUG_DEVICE=1 but the driver shows 1 device(s)")
+        assert _decide({"CUPLUG_DEVICE": "1"}, probe=_probe(devices=2)).chosen.label == "cuda12/fatbin"
+        blind = ProbeResult(
+            reasons.OK, "", driver_version=12040, devices=(Device(0, "GPU", None, None, None, "attr 75 failed"),)
+        )
+        d = _decide(probe=blind)
+        assert (d.code, d.reason) == (reasons.DRIVER_INIT_FAILED, "device 0: attr 75 failed")
+        blind = blind._replace(devices=(Device(0, "GPU", None, None, None),))
+        assert _decide(probe=blind).reason == "device 0: capability unknown"
+
+    def test_without_artifacts_the_reason_says_what_to_install(self):
+        d = _decide(probe=_probe(), found=_found())
+        assert d.code == reasons.NO_BACKEND_INSTALLED
+        assert (
+            d.reason
+            == "no CUDA artifact of backend 'vector' installed (pip install 'vector[cuda12]' or 'vector[cuda13]')"
+        )
+        d = _decide(probe=_probe(), found=_found(extras=()))
+        assert d.reason.endswith("(install the CUDA extra of the package that provides 'vector')")
+        refused = Refused("zzz_cuda12", "/site/zzz.dist-info", "cuplug.backends: vector = zzz", "not cuplug's")
+        d = _decide(probe=_probe(), found=_found(refused=[refused, refused]))
+        assert d.reason.endswith("; not trusted: zzz_cuda12")
+
+    def test_unusable_manifests_are_the_reason_when_nothing_else_is_installed(self):
+        d = _decide(probe=_probe(), found=_found(error="manifest.json is not valid JSON"))
+        assert (d.code, d.reason) == (
+            reasons.ARTIFACT_CORRUPT,
+            "no usable manifest: cuplug_cuda12: manifest.json is not valid JSON",
+        )
+        d = _decide(probe=_probe(), found=_found(problems=("entry 0: bad", "entry 1: worse")))
+        assert d.reason == "no usable manifest: cuplug_cuda12: entry 0: bad; cuplug_cuda12: entry 1: worse"
+
+    @pytest.mark.parametrize(
+        ("cc", "extra", "code"),
+        [
+            # below CC 7.5 every artifact is capability-too-low; a driver too old is named before no compatible code
+            (
+                (7, 0),
+                {"variant": "ptx70", "sass": (), "ptx": ("compute_70",), "ptx_isa": "8.5"},
+                reasons.CAPABILITY_TOO_LOW,
+            ),
+            ((8, 0), {"variant": "sm90", "sass": ("sm_90",)}, reasons.DRIVER_TOO_OLD),
+            ((8, 0), None, reasons.NO_COMPATIBLE_ARTIFACT),
+        ],
+    )
+    def test_when_every_artifact_is_rejected_the_most_actionable_reason_is_named(self, cc, extra, code):
+        arts = [make_variant(variant="sm90only", sass=("sm_90",))]  # no compatible code on CC 8.0 or 7.0
+        if code == reasons.DRIVER_TOO_OLD:
+            arts.append(make_variant(variant="sm80new", sass=("sm_80",), cuda_version="12.9", min_driver=12090))
+        if code == reasons.CAPABILITY_TOO_LOW:
+            arts = [*matrix(), make_variant(**extra)]
+        elif extra:
+            arts.append(make_variant(**extra))
+        d = _decide(probe=_probe(cc, 12040), found=_found(*arts))
+        codes = {c.code for c in d.candidates if not c.accepted}
+        assert d.code == code and d.chosen is d.cpu and len(codes) == (2 if code == reasons.DRIVER_TOO_OLD else 1)
+        example = next(c for c in d.candidates if c.code == code)
+        assert d.reason == "every installed artifact rejected; e.g. " + example.reason

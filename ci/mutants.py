@@ -91,6 +91,9 @@ for _m in (
 # A mutant's test command may take this many times the unmutated run's (measured first, per module and
 # stage) before it counts as a hang (detected: timeout), so a slow suite is never mistaken for one.
 TIMEOUT_FACTOR, TIMEOUT_FLOOR_S = 3.0, 30.0
+# A mutant's outcome; all but "skipped" (filtered before the run) are mutants the score is over.
+OUTCOMES = ("killed", "timeout", "incompetent", "survived", "pending", "skipped")
+DETECTED = ("killed", "timeout", "incompetent")
 
 
 def _test_command(tests: list[str]) -> str:
@@ -195,7 +198,7 @@ def summarize(module: str, db: Path, source: list[str]) -> dict[str, object]:
         "select s.operator_name, s.occurrence, s.start_pos_row, s.start_pos_col, r.worker_outcome, r.test_outcome, "
         "r.diff from mutation_specs s left join work_results r on r.job_id = s.job_id"
     ).fetchall()
-    counts = {"killed": 0, "survived": 0, "incompetent": 0, "timeout": 0, "skipped": 0, "pending": 0}
+    counts = dict.fromkeys(OUTCOMES, 0)
     survivors = []
     for op, occ, row, col, worker, test, diff in rows:
         if worker is None:  # a run stopped early: it survived the stages it met, not yet the rest
@@ -214,8 +217,8 @@ def summarize(module: str, db: Path, source: list[str]) -> dict[str, object]:
             survivors.append(
                 {"line": row, "col": col, "operator": op, "occurrence": occ, "source": text, "diff": _short(diff)}
             )
-    detected = counts["killed"] + counts["timeout"] + counts["incompetent"]
-    total = detected + counts["survived"] + counts["pending"]  # pending counts against the score
+    detected = sum(counts[k] for k in DETECTED)
+    total = _mutants(counts)  # pending counts against the score
     return {
         "module": module,
         **counts,
@@ -249,7 +252,7 @@ def report(results: list[dict[str, object]], out: Path, meta: dict[str, object])
         for s in r["survivors"]:  # type: ignore[union-attr]
             s["equivalent"] = equivalent.get(_key(s))
         argued = sum(1 for s in r["survivors"] if s["equivalent"])  # type: ignore[union-attr]
-        denominator = sum(int(r.get(k, 0)) for k in ("killed", "timeout", "incompetent", "survived", "pending"))  # type: ignore[call-overload]
+        denominator = _mutants(r)
         r["score_counting_equivalent"] = (
             round((denominator - int(r["survived"]) - int(r.get("pending", 0)) + argued) / denominator, 4)
             if denominator
@@ -268,7 +271,7 @@ def report(results: list[dict[str, object]], out: Path, meta: dict[str, object])
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
-        n = sum(int(r.get(k, 0)) for k in ("killed", "timeout", "incompetent", "survived", "pending"))  # type: ignore[call-overload]
+        n = _mutants(r)
         met = "met" if (r["score_counting_equivalent"] or 0) >= TARGET else "**missed**"
         if r.get("error"):
             met = "**did not run** (mutants.json says why)"
@@ -288,6 +291,11 @@ def report(results: list[dict[str, object]], out: Path, meta: dict[str, object])
             diff = "; ".join(d.strip() for d in str(s["diff"]).splitlines())
             lines.append(f"- line {s['line']} `{s['operator']}` #{s['occurrence']}: `{diff}`{why}")
     (out / "mutants.md").write_text("\n".join(lines) + "\n")
+
+
+def _mutants(r: dict[str, object]) -> int:
+    """The mutants a score is over: every outcome but skipped."""
+    return sum(int(r.get(k, 0)) for k in OUTCOMES if k != "skipped")  # type: ignore[call-overload]
 
 
 def _pending(r: dict[str, object]) -> str:
@@ -372,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             result = run_module(module, site, args.work, log)
         except (RuntimeError, subprocess.CalledProcessError) as exc:  # the other modules still run and report
-            zero = dict.fromkeys(("killed", "survived", "incompetent", "timeout", "skipped"), 0)
+            zero = dict.fromkeys(OUTCOMES, 0)
             result = {"module": module, **zero, "error": str(exc)[-2000:], "survivors": [], "score": None}
             print(f"mutants: {module} did not run: {exc}", flush=True)
         finally:

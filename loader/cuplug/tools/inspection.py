@@ -116,7 +116,7 @@ def _directory(base: str) -> list[Finding]:
 
 
 def _member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int = MAX_INSPECT_BYTES) -> bytes | str:
-    """A wheel member's bytes, read in bounded chunks; or why not (claims to be huge, corrupt)."""
+    """A wheel member's bytes, or why not (claims to be larger than ``limit``, corrupt)."""
     if info.file_size > limit:
         return f"member claims {info.file_size} bytes, more than the {limit} inspect reads"
     try:

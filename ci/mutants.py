@@ -1,7 +1,7 @@
 """Mutation testing of the runtime, the operator's tools and the shipping gate with cosmic-ray (issue 23).
 
     python ci/mutants.py --slot SITE_PACKAGES [--slot ...] --out DIR [MODULE ...] [--changed BASE]
-                         [--work DIR]
+                         [--work DIR] [--resume] [--summarize]
 
 Run by ``nox -s mutants`` (which makes the slots: venvs with cuplug installed from its wheel). Each
 module is mutated *in place in a slot's installed copy* (cosmic-ray's way), so every test that starts
@@ -42,10 +42,12 @@ EQUIVALENT = ROOT / "ci" / "mutants_equivalent"
 # only the survivors of a stage meet the next (the last: subprocesses, installed wheels, fake drivers).
 # pytest's -x stops at the first failure, so a killed mutant costs little either way.
 # The API's tests without PyTorch first (its import costs 3 s a mutant), then the PyTorch interop tests.
+REFERENCE_PAGES = "tests/test_contract.py::test_the_reference_pages_are_what_the_code_says"
 API_STAGES = [["tests/test_api.py", "tests/test_api_v2.py"], ["tests/test_api_torch.py"]]
 MODULES: dict[str, list[list[str]]] = {
     # (tests/test_third_major.py runs a cuplug of its own site, patched to declare a cuda14 extra: no mutant there)
-    "runtime/select.py": [["tests/test_select.py"], ["tests/test_hostile_config.py"]],
+    # the reference pages (docs/reference/) are generated from the tables: the docs say what the code does
+    "runtime/select.py": [["tests/test_select.py", REFERENCE_PAGES], ["tests/test_hostile_config.py"]],
     "runtime/policy.py": [["tests/test_policy.py"], ["tests/test_hostile_config.py"]],
     "runtime/driver.py": [
         ["tests/test_driver_probe.py"],
@@ -64,14 +66,14 @@ MODULES: dict[str, list[list[str]]] = {
     "runtime/dlpack.py": [*API_STAGES, ["tests/test_hostile_fork.py"]],
     "tools/cli.py": [
         ["tests/test_cli.py"],
-        ["tests/test_driver_and_cli.py", "tests/test_operator_tools.py", "tests/test_hostile_config.py"],
+        ["tests/test_driver_and_cli.py", "tests/test_operator_tools.py", "tests/test_hostile_config.py", REFERENCE_PAGES],
     ],
     "tools/inspection.py": [
         ["tests/test_inspection.py"],
         ["tests/test_operator_tools.py", "tests/test_hostile_failures.py"],
     ],
     "contract/fatbin.py": [["tests/test_fatbin.py"], ["tests/test_operator_tools.py"]],
-    "build/gate.py": [["tests/test_gate.py"], ["tests/test_build_matrix.py", "tests/test_wheels.py"]],
+    "build/gate.py": [["tests/test_gate.py", REFERENCE_PAGES], ["tests/test_build_matrix.py", "tests/test_wheels.py"]],
 }
 # Modules on load()'s path also answer for what they import (tests/test_contract.py): a mutant that makes
 # them import typing at run time (TYPE_CHECKING = True) changes what every application pays.
@@ -134,8 +136,11 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def run_module(module: str, site: Path, work: Path, log: list[str]) -> dict[str, object]:
-    """One module in one slot: init, filter, exec; returns its counts and survivors."""
+def run_module(module: str, site: Path, work: Path, log: list[str], resume: bool = False) -> dict[str, object]:
+    """One module in one slot: init, filter, exec; returns its counts and survivors. ``resume`` keeps the
+    module's database when it was made from the same source (its digest beside it) and re-runs only the
+    survivors and the mutants a stopped run never reached: what was killed stays killed while tests are only
+    added. Any change to the module's source makes it a whole run."""
     bin_dir = _bin(site)
     python = str(bin_dir / "python")
     work.mkdir(parents=True, exist_ok=True)
@@ -143,9 +148,15 @@ def run_module(module: str, site: Path, work: Path, log: list[str]) -> dict[str,
     stages = [t for t in MODULES[module] if any((ROOT / f.split("::")[0]).is_file() for f in t)]
     configs = [work / f"{_slug(module)}.stage{i}.toml" for i in range(len(stages))]
     db = work / f"{_slug(module)}.sqlite"
-    db.unlink(missing_ok=True)
+    made_from = work / f"{_slug(module)}.source-sha256"  # the source the database's mutants were made from
     target = site / "cuplug" / module
     before = _digest(target)
+    resumed = resume and db.is_file() and made_from.is_file() and made_from.read_text().strip() == before
+    if resume and not resumed:
+        print(f"{module}: no database made from this source: a whole run", flush=True)
+    if not resumed:
+        db.unlink(missing_ok=True)
+        made_from.unlink(missing_ok=True)
     tmp = work / f"tmp-{site.parents[2].name}"
     tmp.mkdir(exist_ok=True)
     env = {
@@ -174,10 +185,15 @@ def run_module(module: str, site: Path, work: Path, log: list[str]) -> dict[str,
             )
         baseline.append(time.monotonic() - start)
         configs[i].write_text(_config(module, python, tests, max(TIMEOUT_FLOOR_S, TIMEOUT_FACTOR * baseline[-1])))
-    for step in (["cosmic-ray", "init", str(configs[0]), str(db)], ["cr-filter-operators", str(db), str(configs[0])]):
-        subprocess.run([str(bin_dir / step[0]), *step[1:]], cwd=site, env=env, check=True, capture_output=True)
+    if not resumed:
+        for step in (
+            ["cosmic-ray", "init", str(configs[0]), str(db)],
+            ["cr-filter-operators", str(db), str(configs[0])],
+        ):
+            subprocess.run([str(bin_dir / step[0]), *step[1:]], cwd=site, env=env, check=True, capture_output=True)
+        made_from.write_text(before + "\n")
     for i, cfg in enumerate(configs):
-        if i:  # the survivors so far meet this stage's tests
+        if i or resumed:  # the survivors so far meet this stage's tests
             with sqlite3.connect(db) as con:
                 con.execute("delete from work_results where test_outcome = 'SURVIVED'")
         subprocess.run([str(bin_dir / "cosmic-ray"), "exec", str(cfg), str(db)], cwd=site, env=env, check=True)
@@ -187,6 +203,8 @@ def run_module(module: str, site: Path, work: Path, log: list[str]) -> dict[str,
     result["seconds"] = round(time.monotonic() - t0, 1)
     result["date"] = str(datetime.date.today())
     result["baseline_s"] = [round(v, 1) for v in baseline]
+    if resumed:
+        result["resumed"] = True  # "seconds" is the resumed part's
     log.append(f"{module}: {result['killed']} killed, {result['survived']} survived in {result['seconds']} s")
     print(log[-1], flush=True)
     return result
@@ -277,7 +295,8 @@ def report(results: list[dict[str, object]], out: Path, meta: dict[str, object])
             met = "**did not run** (mutants.json says why)"
         lines.append(
             f"| `{r['module']}` | {n} | {r['killed']} | {r['timeout']} | {r['incompetent']} | {r['survived']}{_pending(r)} | "
-            f"{_pct(r['score'])} | {_pct(r['score_counting_equivalent'])} | {met} | {r.get('seconds', '-')} s |"
+            f"{_pct(r['score'])} | {_pct(r['score_counting_equivalent'])} | {met} | {r.get('seconds', '-')} s"
+            f"{' (resumed)' if r.get('resumed') else ''} |"
         )
     missing = [m for m in MODULES if m not in {r["module"] for r in results}]
     if missing:
@@ -332,6 +351,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, type=Path, help="where mutants.json and mutants.md go")
     p.add_argument("--changed", metavar="BASE", help="only the modules whose source differs from git BASE")
     p.add_argument("--work", type=Path, default=ROOT / "build" / "mutants", help="cosmic-ray's configs and databases")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep a module's database made from the same source and re-run only its survivors and the mutants "
+        "a stopped run never reached (after adding tests); a changed source is a whole run",
+    )
     args = p.parse_args(argv)
     modules = args.modules or (changed_modules(args.changed) if args.changed else list(MODULES))
     unknown = sorted(set(modules) - set(MODULES))
@@ -378,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     def job(module: str) -> None:
         site = free.pop()
         try:
-            result = run_module(module, site, args.work, log)
+            result = run_module(module, site, args.work, log, resume=args.resume)
         except (RuntimeError, subprocess.CalledProcessError) as exc:  # the other modules still run and report
             zero = dict.fromkeys(OUTCOMES, 0)
             result = {"module": module, **zero, "error": str(exc)[-2000:], "survivors": [], "score": None}

@@ -255,3 +255,112 @@ class TestDecide:
         assert d.code == code and d.chosen is d.cpu and len(codes) == (2 if code == reasons.DRIVER_TOO_OLD else 1)
         example = next(c for c in d.candidates if c.code == code)
         assert d.reason == "every installed artifact rejected; e.g. " + example.reason
+
+
+# ---- what each candidate says: the operator reads these in `cuplug explain` / `doctor`
+
+
+def _one(artifact, cc, driver=12040, **kw):
+    return rank([artifact], cc, driver, **kw)[0]
+
+
+class TestArchitectureRules:
+    @pytest.mark.parametrize(
+        ("sass", "cc", "accepted"),
+        [
+            (("sm_80",), (8, 6), True),  # same major, lower minor: runs
+            (("sm_86",), (8, 0), False),  # same major, higher minor: does not
+            (("sm_90",), (8, 6), False),  # a higher major never runs, whatever its minor
+            (("sm_75",), (8, 0), False),  # nor a lower major
+            (("sm_80",), (7, 5), False),
+        ],
+    )
+    def test_sass_runs_only_on_its_major_at_a_minor_at_least_its_own(self, sass, cc, accepted):
+        c = _one(make_variant(variant="v", sass=sass, ptx=()), cc)
+        assert c.accepted is accepted and c.artifact is not None
+        assert c.code == (reasons.OK if accepted else reasons.NO_COMPATIBLE_ARTIFACT)
+
+    def test_the_highest_lower_minor_is_the_one_named(self):
+        c = _one(make_variant(variant="v", sass=("sm_80", "sm_86", "sm_87")), (8, 9))
+        assert c.reason == "SASS of a lower minor sm_87 for CC 8.9"
+        assert _one(make_variant(variant="v", sass=("sm_86", "sm_90")), (9, 0)).reason == "exact SASS sm_90 for CC 9.0"
+
+    def test_ptx_runs_on_its_own_target_and_above_never_below(self):
+        ptx = make_variant(variant="ptx", sass=(), ptx=("compute_86",), ptx_isa="8.4")
+        assert _one(ptx, (8, 6)).accepted and _one(ptx, (9, 0)).accepted
+        below = _one(ptx, (8, 0))
+        assert not below.accepted and below.code == reasons.NO_COMPATIBLE_ARTIFACT
+
+    def test_a_ptx_target_too_high_does_not_hide_a_lower_one(self):
+        # manifests list targets as strings: compute_120 sorts before compute_80
+        ptx = make_variant(variant="ptx", sass=(), ptx=("compute_120", "compute_80"), ptx_isa="8.4")
+        c = _one(ptx, (9, 0))
+        assert c.accepted and c.reason.startswith("PTX compute_80 ")
+
+    def test_the_minimum_capability_itself_is_supported(self):
+        c = _one(make_variant(variant="sm75", sass=("sm_75",)), (7, 5))
+        assert c.accepted and c.code == reasons.OK
+        low = _one(make_variant(variant="sm75", sass=("sm_75",)), (7, 2))
+        assert (low.code, low.reason) == (reasons.CAPABILITY_TOO_LOW, "CC 7.2 is below the minimum 7.5")
+
+    def test_without_a_driver_version_nothing_is_judged(self):
+        c = _one(make_variant(), (8, 0), None)
+        assert (c.accepted, c.code, c.reason) == (False, reasons.NO_DEVICE, "no device facts")
+
+
+class TestReasonTexts:
+    def test_an_accepted_candidate_says_its_rule_and_the_device(self):
+        assert _one(make_variant(sass=("sm_80",)), (8, 6)).reason == "SASS of a lower minor sm_80 for CC 8.6"
+        ptx = make_variant(variant="ptx", sass=(), ptx=("compute_75",), ptx_isa="8.4")
+        assert _one(ptx, (8, 6)).reason == (
+            "PTX compute_75 (ISA 8.4) JIT-compiled for CC 8.6; first launch pays the JIT"
+        )
+
+    def test_a_rejected_candidate_says_why_for_each_target(self):
+        arts = make_variant(sass=("sm_75", "sm_86", "sm_90a"), ptx=("compute_90",), ptx_isa="8.4")
+        c = _one(arts, (8, 0))
+        assert c.reason == (
+            "sm_75 SASS cannot run on CC 8.0: different major; sm_86 SASS needs CC >= 8.6; "
+            "sm_90a SASS cannot run on CC 8.0: different major; PTX compute_90 needs a higher CC"
+        )
+        c = _one(make_variant(sass=("sm_90a",), ptx=()), (9, 1))
+        assert c.reason == "sm_90a SASS runs only on exactly CC 9.0; no PTX"
+        assert _one(make_variant(sass=(), ptx=()), (8, 0)).reason == "no SASS; no PTX"
+
+    def test_more_than_three_targets_are_cut_short(self):
+        c = _one(make_variant(sass=("sm_86", "sm_87", "sm_89", "sm_90"), ptx=()), (8, 0))
+        assert c.reason == (
+            "sm_86 SASS needs CC >= 8.6; sm_87 SASS needs CC >= 8.7; sm_89 SASS needs CC >= 8.9; ...; no PTX"
+        )
+        c = _one(make_variant(sass=("sm_86", "sm_87", "sm_89"), ptx=()), (8, 0))
+        assert c.reason.endswith("sm_89 SASS needs CC >= 8.9; no PTX")
+
+    def test_a_forced_candidate_says_what_the_rules_would_have_said(self):
+        arts = matrix()
+        ok = rank(arts, (8, 0), 12040, forced="sm80")[0]
+        assert ok.reason == "CUPLUG_BACKEND=sm80: forced (would be accepted: exact SASS sm_80 for CC 8.0)"
+        bad = rank(arts, (9, 0), 12040, forced="sm75")[0]
+        assert bad.reason.startswith("CUPLUG_BACKEND=sm75: forced (rules say: sm_75 SASS cannot run on CC 9.0")
+
+    def test_an_unreadable_manifest_is_a_rejected_candidate(self):
+        got = rank(matrix(), (9, 0), 12040, unusable_packages=[("cuda13", "manifest.json is not valid JSON")])
+        broken = [c for c in got if c.variant == "manifest"]
+        assert len(broken) == 1 and not broken[0].accepted and broken[0].code == reasons.ARTIFACT_CORRUPT
+        assert got[-1].variant == "cpu" and got.index(broken[0]) == len(got) - 2
+
+    def test_the_fallback_example_is_a_candidate_of_the_code_named(self):
+        # cuda12's artifact (listed first) has no code for CC 8.0; cuda13's needs a newer driver: that is named
+        arts = [
+            make_variant(variant="sm90", sass=("sm_90",), cuda="cuda12"),
+            make_variant(variant="sm80", sass=("sm_80",), cuda="cuda13", cuda_version="13.0", min_driver=13000),
+        ]
+        d = _decide(probe=_probe((8, 0), 12040), found=_found(*arts))
+        assert d.code == reasons.DRIVER_TOO_OLD
+        assert d.reason == (
+            "every installed artifact rejected; e.g. built with the CUDA 13.0 runtime, which needs a driver "
+            "for CUDA >= 13.0; the driver is 12.4"
+        )
+        assert d.forced is None and d.chosen is d.cpu
+        # nothing forced: no candidate is called forced, whatever code the first one carries
+        d = _decide(probe=_probe((8, 0), 12040), found=_found(arts[1]))
+        assert d.candidates[0].code == reasons.DRIVER_TOO_OLD and d.forced is None

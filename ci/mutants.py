@@ -62,7 +62,7 @@ MODULES: dict[str, list[list[str]]] = {
     "runtime/library.py": [["tests/test_library.py"], ["tests/test_reliability.py", "tests/test_hostile_failures.py"]],
     "runtime/api.py": [*API_STAGES, ["tests/test_hostile_fork.py"]],
     # the ABI binding: an op's declared signature read and checked, DLPack import and export
-    "runtime/signature.py": [*API_STAGES, ["tests/test_cpu_abi_v2.py"]],
+    "runtime/signature.py": [["tests/test_signature.py"], *API_STAGES, ["tests/test_cpu_abi_v2.py"]],
     "runtime/dlpack.py": [*API_STAGES, ["tests/test_hostile_fork.py"]],
     "tools/cli.py": [
         ["tests/test_cli.py"],

@@ -1098,6 +1098,41 @@ RULES_BACKEND = textwrap.dedent(
 )
 
 
+LIMITS_BACKEND = textwrap.dedent(
+    r"""
+    #include <stdint.h>
+    #include "cuplug_ops.h"
+    static int limits(const cuplug_call* c) {
+        long long* o = (long long*)c->out[0].data;
+        o[0] = cuplug_attr_int(c, "hi");
+        o[1] = cuplug_attr_int(c, "lo");
+        return CUPLUG_OK;
+    }
+    static const cuplug_op cuplug_ops[] = {
+        {"limits", limits, 0, {{0}},
+         {CUPLUG_OUT("out", CUPLUG_DT_FIXED, CUPLUG_I64, CUPLUG_SHAPE_ATTR, 0, "n")},
+         {CUPLUG_ATTR_INT("hi", INT64_MAX), CUPLUG_ATTR_INT("lo", INT64_MIN), CUPLUG_ATTR_INT("n", 2)}, {{0}}, 2},
+    };
+    #include "cuplug_cpu_backend.h"
+    """
+)
+
+
+def test_int64_extremes_as_defaults_are_what_the_author_wrote(tmp_path):
+    """CUPLUG_ATTR_INT stores its default as a double, where INT64_MAX becomes 2^63: the ping advertises, and the
+    op receives, INT64_MAX and INT64_MIN as written (not a wrapped INT64_MIN for INT64_MAX)."""
+    lim = build_test_backend(tmp_path, "limits", LIMITS_BACKEND)
+    h = lim.create()
+    try:
+        attrs = {a["name"]: a["default"] for a in lim.ping(h)["ops"]["limits"]["attrs"]}
+        assert attrs == {"hi": 2**63 - 1, "lo": -(2**63), "n": 2}
+        out = np.zeros(2, dtype=np.int64)
+        assert lim.call(h, "limits", [], [tensor(out)]) == 0, lim.error(h)
+        assert out.tolist() == [2**63 - 1, -(2**63)]
+    finally:
+        lim.destroy(h)
+
+
 @pytest.fixture(scope="module")
 def rules(tmp_path_factory) -> Lib:
     return build_test_backend(tmp_path_factory.mktemp("rules"), "rules", RULES_BACKEND)

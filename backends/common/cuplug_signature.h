@@ -18,6 +18,7 @@
 #ifndef CUPLUG_SIGNATURE_H
 #define CUPLUG_SIGNATURE_H
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,6 +104,14 @@ static inline void cuplug_text_json_double(cuplug_text* t, double v) {
     }
     int plain = strpbrk(s, ".eEn") == NULL;
     cuplug_text_printf(t, "%s%s", s, plain ? ".0" : "");
+}
+
+/* An int64 attribute's default is stored as a double (CUPLUG_ATTR_INT): INT64_MAX rounds up to 2^63, which no
+ * int64 holds (converting it is undefined behaviour: x86-64 gives INT64_MIN). Clamped to int64's range. */
+static inline long long cuplug_int_default(double def) {
+    if (def >= 9223372036854775807.0) return LLONG_MAX;
+    if (def <= -9223372036854775808.0) return LLONG_MIN;
+    return (long long)def;
 }
 
 static inline long long cuplug_gcd_ll(long long a, long long b) {
@@ -225,7 +234,7 @@ static inline int cuplug_ops_json(const cuplug_op* ops, int count, char* buf, si
             cuplug_text_printf(&t, "%s{\"name\":", k ? "," : "");
             cuplug_text_json_string(&t, a->name);
             if (a->kind == CUPLUG_ATTR_INT64) {
-                cuplug_text_printf(&t, ",\"kind\":\"int64\",\"default\":%lld}", (long long)a->def);
+                cuplug_text_printf(&t, ",\"kind\":\"int64\",\"default\":%lld}", cuplug_int_default(a->def));
             } else {
                 cuplug_text_printf(&t, ",\"kind\":\"float64\",\"default\":");
                 cuplug_text_json_double(&t, a->def);
@@ -355,7 +364,7 @@ static inline int cuplug_normalize_attrs(const cuplug_op* op, const cuplug_attr*
         normalized[k].name = op->attrs[k].name;
         normalized[k].kind = op->attrs[k].kind;
         if (op->attrs[k].kind == CUPLUG_ATTR_INT64)
-            normalized[k].value.i = (int64_t)op->attrs[k].def;
+            normalized[k].value.i = (int64_t)cuplug_int_default(op->attrs[k].def);
         else
             normalized[k].value.f = op->attrs[k].def;
     }

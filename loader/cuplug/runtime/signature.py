@@ -116,7 +116,7 @@ class OpSignature:
                         f"{inp.name} is {dt.name}{list(shape)}, {model.name} is {mdt.name}{list(mshape)}"
                     )
             elif dt not in inp.dtypes:
-                allowed = ", ".join(d.name for d in inp.dtypes)
+                allowed = ", ".join(d.name for d in inp.dtypes) or "no dtype this cuplug knows"
                 raise InvalidInputError(f"{self.name}: {inp.name} (input {i}) is {dt.name}; it takes {allowed}")
         values = {name: value for name, _, value in (attrs if attrs is not None else self.attr_values({}))}
         for i, inp in enumerate(self.inputs):
@@ -195,14 +195,22 @@ class OpSignature:
         """The shape a rule gives: like input k, a scalar, ceil(numel(k) / attr), or attr elements."""
         if rule.get("scalar"):
             return ()
+        if "blocks_of" not in rule and "attr" not in rule:
+            return specs[int(rule.get("like", 0))][1]
+        name = str(rule.get("attr"))
+        if name not in values:  # the backend's own declaration is wrong: say so, never size by a made-up 0
+            raise InvalidInputError(
+                f"{self.name}: its signature sizes a shape by attribute {name!r}, which the op does not declare "
+                "(a bug of the backend: report it to its authors)"
+            )
+        n = int(values[name])
         if "blocks_of" in rule:
-            block = int(values.get(str(rule.get("attr")), 0))
-            if block <= 0:
-                raise InvalidInputError(f"{self.name}: attribute {rule.get('attr')} must be > 0, got {block}")
-            return (-(-numel(specs[int(rule["blocks_of"])][1]) // block),)
-        if "attr" in rule:
-            return (int(values.get(str(rule["attr"]), 0)),)
-        return specs[int(rule.get("like", 0))][1]
+            if n <= 0:
+                raise InvalidInputError(f"{self.name}: attribute {name} must be > 0, got {n}")
+            return (-(-numel(specs[int(rule["blocks_of"])][1]) // n),)
+        if n < 0:
+            raise InvalidInputError(f"{self.name}: attribute {name} must be >= 0, got {n}")
+        return (n,)
 
     def sample_dtype(self, index: int) -> dtypes.DType:
         """The dtype a sample input uses: float32 where allowed, else the first allowed."""

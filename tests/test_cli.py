@@ -226,6 +226,67 @@ def test_probe_reports_milliseconds(no_driver, capsys):
     assert doc["total_ms"] == 11.1  # 9 reads: start, the add's two, two per op
 
 
+def test_probe_total_is_in_milliseconds(no_driver, capsys):
+    """total_ms is the wall time in milliseconds: from the first of the probe's clock reads (a second apart) to
+    its last, 9 s later, is 9000 ms (not 9009 or 8991)."""
+    ticks = iter(range(100))
+    no_driver.setattr(cli, "time", SimpleNamespace(perf_counter=lambda: float(next(ticks))))
+    doc = json.loads(run(["probe", "--json", "--allow-cpu"], capsys)[1])
+    assert doc["add_ms"] == 1000.0 and doc["total_ms"] == 9000.0
+
+
+def test_probe_finds_a_result_below_the_sum_as_well_as_above(no_driver, capsys):
+    """An add that drops y (returns x) is as wrong as one that adds too much: the first element where y is not 0."""
+    real = api.Backend.run
+
+    def x_only(self, op, *args, **kwargs):
+        out = real(self, op, *args, **kwargs)
+        if op == "add" and len(out) > 5:
+            for i in range(len(out)):
+                out[i] = args[0][i]
+        return out
+
+    no_driver.setattr(api.Backend, "run", x_only)
+    doc = json.loads(run(["probe", "--json"], capsys)[1])
+    assert doc["error"] == "vector add: wrong result at 1: 1.0 != 4.0" and doc["exit_code"] == 17
+
+
+@pytest.mark.parametrize("variant", ["ampere", "sm80", "volta_tc"])
+def test_a_gpu_variant_of_any_name_is_no_cpu_fallback(gpu, no_driver, capsys, variant):
+    """Variant names are the author's ([a-z0-9][a-z0-9_]*): one that sorts before "cpu" is a GPU variant all the
+    same: exit 0 without --allow-cpu, no CPU-fallback line."""
+    inner = loading.load
+
+    def load(name="vector", env=None, **kw):
+        b = inner(name, env=env, **kw)
+        if env is None:
+            b.variant = variant
+        return b
+
+    no_driver.setattr(loading, "load", load)
+    code, out, _ = run(["probe"], capsys)
+    assert code == reasons.EXIT_OK and out.startswith(f"cuplug probe: cuda13/{variant} on H200 stand-in: vector add ")
+    assert "CPU fallback" not in out and "3 op(s) checked against the CPU twin" in out
+
+
+@pytest.mark.parametrize("name", ["".join(["vec", "tor"]), "zeta"])
+def test_probe_says_which_backend_it_checked(gpu, capsys, name):
+    """--backend vector on a command line (a string built at run time, as sys.argv's are) is the vector add; any
+    other name, one sorting after "vector" too, is "backend NAME"."""
+    code, out, _ = run(["probe", "--backend", name], capsys)
+    what = "vector add of 1048579 elements ok" if name == "vector" else f"backend {name} ok"
+    assert code == 0 and out.startswith(f"cuplug probe: cuda13/sm80 on H200 stand-in: {what}, 3 op(s) ")
+
+
+def test_json_output_is_one_canonical_form(no_driver, tmp_path, capsys):
+    """probe, doctor and warmup print their JSON indented by two spaces, keys in the order built: the same facts
+    give the same bytes (operators diff them across machines; the docs show this form)."""
+    no_driver.setenv("CUDA_CACHE_PATH", str(tmp_path / "cache"))
+    for argv in (["probe", "--json", "--allow-cpu"], ["doctor", "--json", "--no-load"], ["warmup", "--json"]):
+        out = run(argv, capsys)[1]
+        assert out == json.dumps(json.loads(out), indent=2) + "\n", argv
+
+
 def test_probe_adds_2_20_plus_3_elements_once_on_the_cpu(no_driver, capsys):
     """The vector add spans many blocks and a scalar tail, as --help says; a CPU fallback has no twin to load."""
     calls, loads = [], []

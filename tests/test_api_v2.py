@@ -1059,3 +1059,472 @@ def test_a_child_forked_while_a_thread_holds_the_export_lock_can_still_export():
     t.join()
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+# ---- more of what callers and backend authors rely on, through the CPU twin and its CUDA face
+
+
+def _framework(name, current):
+    """A stand-in module for a GPU framework: both PyTorch's and CuPy's way of saying the current stream."""
+    mod = type(sys)(name)
+    mod.cuda = type(sys)(f"{name}.cuda")
+    mod.cuda.current_stream = lambda device: type("S", (), {"cuda_stream": current[name]})()
+    mod.cuda.get_current_stream = lambda: type("S", (), {"ptr": current[name]})()
+    return mod
+
+
+def test_only_pytorchs_and_cupys_current_streams_are_ordered_after_a_call(gpu, spy, monkeypatch):
+    """After a call on the instance stream the producers' current streams wait for it (the module docstring's
+    promise), once per stream; only PyTorch and CuPy are asked, whatever else looks alike."""
+    spy.answers["call"] = 0
+    current = {"torch": 77, "cupy": 4242, "acme": 31, "zframe": 32}
+    for name in current:
+        monkeypatch.setitem(sys.modules, name, _framework(name, current))
+    acme = type("Array", (_CudaArray,), {"__module__": "acme.arrays"})
+    zframe = type("Array", (_CudaArray,), {"__module__": "zframe"})
+
+    def waits_after(*inputs, **kw):
+        spy.log.clear()
+        gpu.run("add", *inputs, **kw)
+        return spy.waits_around_the_call()[2]
+
+    assert waits_after(_TorchCudaTensor(), _TorchCudaTensor()) == [(77, 0)]
+    assert waits_after(_CupyArray(), _CupyArray()) == [(4242, 0)]
+    assert sorted(waits_after(_TorchCudaTensor(), _CupyArray())) == [(77, 0), (4242, 0)]
+    assert waits_after(_CudaArray(), _CudaArray(), out=_CupyArray()) == [(4242, 0)]  # the out's producer too
+    assert waits_after(acme(), zframe()) == []  # frameworks cuplug does not know are not asked
+    assert waits_after(_CupyArray(), _CupyArray(), stream=5) == [(0, 5)]  # a given stream: the caller orders
+    monkeypatch.delitem(sys.modules, "torch")  # a framework not imported cannot be asked
+    assert waits_after(_TorchCudaTensor(), _TorchCudaTensor()) == []
+
+    def broken():
+        raise RuntimeError("no current stream")
+
+    sys.modules["cupy"].cuda.get_current_stream = broken  # a framework that cannot say: the call still runs
+    assert waits_after(_CupyArray(), _CupyArray()) == []
+
+
+def test_a_tensor_left_by_close_is_not_freed_again_when_dropped(cpu, spy):
+    """close() frees the tensors nobody exported; dropping one later frees nothing twice, even while an
+    exported tensor keeps the instance alive."""
+    kept, held = cpu.empty(4), cpu.buffer(np.arange(3, dtype=np.float32))
+    exported = np.from_dlpack(held)
+    kept_id = kept.id
+    spy.log.clear()
+    cpu.close()
+    del kept
+    gc.collect()
+    assert spy.entries("free") == [(kept_id,)] and spy.entries("destroy") == []
+    del exported, held
+
+
+def test_a_freed_tensor_dropped_later_reports_nothing(cpu, spy, monkeypatch):
+    """free() runs the tensor's release once: its collection later neither frees again nor raises in a
+    finalizer (which Python would print as 'Exception ignored')."""
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    t = cpu.empty(4)
+    t.free()
+    del t
+    gc.collect()
+    assert unraisable == [] and len(spy.entries("free")) == 1
+
+
+def test_cuplugs_finalizer_runs_once_like_weakref_finalize():
+    """The finalizer behind every tensor and backend: called or collected, its function runs once; detach()
+    says whether it was still pending (weakref.finalize's contract)."""
+
+    class Obj:
+        pass
+
+    ran = []
+    obj = Obj()
+    f = api._Finalizer(obj, ran.append, 1)
+    assert f() is None and ran == [1]
+    assert f() is None and not f.detach() and ran == [1]
+    g = api._Finalizer(obj, ran.append, 2)
+    assert g.detach() and not g.detach()
+    del obj
+    gc.collect()
+    assert ran == [1]
+
+
+def test_nothing_is_freed_or_destroyed_during_interpreter_exit():
+    """At exit the process ends and the driver frees the context: a backend dropped then (here by an
+    application's exit hook, which runs after cuplug's) calls no backend entry point, and nothing is said."""
+    code = (
+        "import atexit, gc\n"
+        "def drop():  # registered before cuplug's hook: atexit runs it after\n"
+        "    global be, t\n"
+        "    del be, t\n"
+        "    gc.collect()\n"
+        "    print('dropped', flush=True)\n"
+        "atexit.register(drop)\n"
+        "import cuplug\n"
+        "from cuplug.runtime import api\n"
+        "class Loud:\n"
+        "    def __init__(self, lib): self.lib, self.path = lib, lib.path\n"
+        "    def __getattr__(self, name):\n"
+        "        real = getattr(self.lib, name)\n"
+        "        def entry(*args):\n"
+        "            print(name, flush=True)\n"
+        "            return real(*args)\n"
+        "        return entry\n"
+        "b = cuplug.load()\n"
+        "be = api.Backend(Loud(b._core.lib), b._core.lib.create(None), b._info)\n"
+        "t = be.empty(4)\n"
+    )
+    from conftest import clean_env, run_py
+
+    proc = run_py(code, clean_env(CUPLUG_BACKEND="cpu", PYTHONWARNINGS="ignore::SyntaxWarning"))
+    assert proc.stdout.split() == ["alloc", "dropped"], proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("shape", "strides"),
+    [
+        ((0, 3), (4, 4)),  # empty: no layout to get wrong, whatever the producer says
+        ((3, 1), (4, 400)),  # a dimension of extent 1 may have any stride
+        ((2, 1, 3), (12, 4, 4)),
+    ],
+)
+def test_cuda_arrays_with_strides_that_change_nothing_are_contiguous(gpu, spy, shape, strides):
+    spy.answers["call"] = 0
+    assert gpu.run("scale_add", _CudaArray(shape=shape, strides=strides)).shape == shape
+
+
+@pytest.mark.parametrize(
+    ("shape", "strides"),
+    [((2, 3), (20, 4)), ((2, 2), (16, 4)), ((3, 2), (4, 12))],  # padded rows of 2, 3; columns of a matrix
+)
+def test_cuda_arrays_with_padded_or_transposed_strides_are_refused(gpu, spy, shape, strides):
+    with pytest.raises(cuplug.InvalidInputError, match=r"^scale_add: x is not C-contiguous; pass a contiguous copy"):
+        gpu.run("scale_add", _CudaArray(shape=shape, strides=strides))
+    assert spy.entries("call") == []
+
+
+def test_a_cuda_array_whose_strides_do_not_match_its_shape_is_refused(gpu, spy):
+    """A malformed __cuda_array_interface__ (fewer or more strides than dimensions) never reaches C."""
+    for strides in ((4, 4), ()):
+        with pytest.raises(ValueError):
+            gpu.run("sum", _CudaArray(shape=(4,), strides=strides))
+    assert spy.entries("call") == []
+
+
+def test_buffer_formats_cuplug_does_not_know_are_refused_by_name(b):
+    with pytest.raises(cuplug.InvalidInputError, match=r"^sum: x: buffer format 'h' is not a dtype cuplug knows$"):
+        b.run("sum", array.array("h", [1, 2]))  # int16
+    with pytest.raises(cuplug.InvalidInputError, match=r"^sum: x: buffer format 'Q' is not a dtype cuplug knows$"):
+        b.run("sum", array.array("Q", [1, 2]))  # uint64
+
+
+def test_a_32_bit_long_is_not_read_as_int64(b):
+    """'l' is int64 only where C's long has 8 bytes: an exporter whose long has 4 (Windows, 32-bit) is refused."""
+    testbuffer = pytest.importorskip("_testbuffer")
+    x = testbuffer.ndarray([1, 2, 3], shape=[3], format="<l")
+    assert memoryview(x).itemsize == 4
+    with pytest.raises(cuplug.InvalidInputError, match=r"buffer format '<l' is not a dtype cuplug knows"):
+        b.run("sum", x)
+
+
+def test_host_operands_reach_c_as_host_tensors_and_empty_ones_without_a_pointer(cpu, spy):
+    """What a backend author sees of host operands: device (kDLCPU, 0), the dtype and shape, and NULL data
+    for an empty one (there is nothing to read)."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    cpu.run("add", x, x)
+    assert (
+        spy.entries("call")[-1][1]
+        == [{"data": x.ctypes.data, "device": (1, 0), "dtype": (2, 32, 1), "shape": [2, 3]}] * 2
+    )
+    e = array.array("f")
+    assert len(cpu.run("add", e, memoryview(e))) == 0
+    empty = {"data": 0, "device": (1, 0), "dtype": (2, 32, 1), "shape": [0]}
+    assert spy.entries("call")[-1][1:3] == ([empty, empty], [empty])
+
+
+def test_dlpack_operands_of_zero_or_several_lanes_are_refused(b):
+    x = np.arange(4, dtype=np.float32)
+    for lanes in (0, 4):
+        with pytest.raises(cuplug.InvalidInputError, match=rf"\(code 2, 32 bits, {lanes} lanes\) is not a dtype"):
+            b.run("sum", _Producer(x, dtype=abi.CDtype(2, 32, lanes)))
+
+
+def test_a_producer_byte_offset_adds_to_any_base_pointer(b):
+    """DLPack's data + byte_offset is an address sum, whatever bits the base pointer has set."""
+    base = np.arange(8, dtype=np.float32)
+    assert base.ctypes.data % 16 == 0  # NumPy aligns: base + 4 has bit 2 set, as has the offset 12
+
+    class Unaligned:
+        def __dlpack_device__(self):
+            return (1, 0)
+
+        def __dlpack__(self, stream=None, **_):
+            cap = dlpack.export(base, base.ctypes.data + 4, (1, 0), abi.CDtype(2, 32, 1), (4,), False)
+            ptr = dlpack._obj_api.PyCapsule_GetPointer(cap, b"dltensor")
+            dlpack.DLManagedTensor.from_address(ptr).dl_tensor.byte_offset = 12
+            return cap
+
+    np.testing.assert_array_equal(b.run("add", Unaligned(), np.zeros(4, np.float32)), [4, 5, 6, 7])
+
+
+def test_a_closed_backend_refuses_work_while_an_exported_tensor_lives(b):
+    """An exported tensor keeps the instance alive after close(), but the backend takes no new work."""
+    t = b.buffer(np.arange(4, dtype=np.float32))
+    exported = np.from_dlpack(t)
+    b.close()
+    for use in (lambda: b.run("sum", np.ones(2, np.float32)), lambda: b.empty(2), b.sync, b.info):
+        with pytest.raises(cuplug.BackendClosedError, match="closed"):
+            use()
+    np.testing.assert_array_equal(exported, [0, 1, 2, 3])
+
+
+def test_operand_errors_name_the_input_or_its_position(b):
+    x, strided = np.ones(4, np.float32), np.ones(8, np.float32)[::2]
+    with pytest.raises(cuplug.InvalidInputError, match=r"^add: y is not C-contiguous"):
+        b.run("add", x, strided)
+    with pytest.raises(cuplug.InvalidInputError, match=r"^sum: 1 is not C-contiguous"):
+        b.run("sum", x, strided)  # an input the op does not have: its position
+    for extra in (1, 2):
+        with pytest.raises(cuplug.InvalidInputError, match=rf"^sum takes 1 input\(s\) \(x\), got {1 + extra}$"):
+            b.run("sum", *[x] * (1 + extra))
+
+
+_MORE_OPS = {
+    "iota": {
+        "inputs": [],
+        "outputs": [{"name": "y", "dtype": {"fixed": "float32"}, "shape": {"attr": "n"}}],
+        "attrs": [{"name": "n", "kind": "int64", "default": 3}],
+    },
+    "minmax": {
+        "inputs": [{"name": "x", "dtypes": ["float32"]}],
+        "outputs": [
+            {"name": "lo", "dtype": {"like": 0}, "shape": {"like": 0}},
+            {"name": "hi", "dtype": {"like": 0}, "shape": {"like": 0}},
+        ],
+    },
+    "touch": {"inputs": [{"name": "x", "dtypes": ["float32"]}], "outputs": []},
+}
+
+
+@pytest.fixture
+def more(b, spy):
+    """A CPU instance whose ping declares ops of no inputs, two outputs and none; C answers OK to each call."""
+    spy.answers["call"] = 0
+    with _over(b, spy, ops=_MORE_OPS) as be:
+        yield be
+
+
+def test_the_number_of_outputs_decides_what_run_returns(more):
+    """One output: the array; several: a tuple in the declared order; none: an empty tuple."""
+    x = np.ones(3, np.float32)
+    lo, hi = more.run("minmax", x)
+    assert all(isinstance(r, np.ndarray) and r.shape == (3,) and r.dtype == np.float32 for r in (lo, hi))
+    assert lo is not hi
+    assert more.run("touch", x) == ()
+    out = (np.empty(3, np.float32), np.empty(3, np.float32))
+    got = more.run("minmax", x, out=out)
+    assert type(got) is tuple and got[0] is out[0] and got[1] is out[1]
+
+
+def test_an_op_without_inputs_gives_host_results(more, spy):
+    y = more.run("iota", n=5)
+    assert not isinstance(y, cuplug.Tensor) and len(y) == 5
+    assert spy.entries("call")[-1][2][0]["device"] == (1, 0) and spy.entries("free") == []
+
+
+def test_an_out_tensor_freed_while_the_call_is_prepared_is_refused(more, spy):
+    """A tensor freed between its check and the launch (another thread, a producer's callback) is never
+    written: the call refuses it under the instance lock."""
+    lo = more.empty(3)
+
+    class FreesLo(_Producer):
+        def __dlpack_device__(self):
+            lo.free()
+            return super().__dlpack_device__()
+
+    with pytest.raises(cuplug.contract.errors.BufferError_, match="was freed: it is not a live buffer"):
+        more.run("minmax", np.ones(3, np.float32), out=(lo, FreesLo(np.empty(3, np.float32))))
+    assert spy.entries("call") == []
+
+
+def test_the_first_host_input_decides_the_kind_of_the_result(b):
+    x, a = np.ones(2, np.float32), array.array("f", [1, 2])
+    assert isinstance(b.run("add", x, a), np.ndarray)
+    assert isinstance(b.run("add", a, x), array.array)
+
+
+def test_a_host_result_of_any_shape_reaches_c_with_the_ops_shape(cpu, spy):
+    """array.array holds a flat copy: the descriptor C writes through carries the op's shape (2-D, empty)."""
+    from cuplug.runtime.hostbuf import HostBuffer
+
+    x = memoryview(array.array("f", range(400))).cast("B").cast("f", (20, 20))
+    r = cpu.run("add", x, x)
+    assert isinstance(r, array.array) and list(r) == [2.0 * i for i in range(400)]
+    assert spy.entries("call")[-1][2][0]["shape"] == [20, 20]
+    e = HostBuffer(cuplug.contract.dtypes.BY_NAME["float32"], (3, 0))
+    r = cpu.run("add", e, e)
+    assert isinstance(r, array.array) and len(r) == 0
+    assert spy.entries("call")[-1][2][0]["shape"] == [3, 0]
+
+
+def test_host_results_are_numpy_for_numpy_subclasses_and_array_array_for_other_buffers(b):
+    x = np.ones(3, np.float32).view(np.recarray)  # a NumPy subclass of another module (numpy.rec)
+    assert type(b.run("add", x, x)) is np.ndarray
+    import pickle
+
+    p = pickle.PickleBuffer(array.array("f", [1, 2]))
+    assert isinstance(b.run("add", p, p), array.array)
+
+
+def test_host_results_are_pytorch_tensors_only_for_pytorch_inputs(b, monkeypatch):
+    """With PyTorch imported, a PyTorch host tensor (a subclass such as nn.Parameter too) gives a PyTorch
+    result; a NumPy input still gives NumPy."""
+
+    class FakeTensor(np.ndarray):
+        __module__ = "torch"
+
+    class Parameter(np.ndarray):
+        __module__ = "torch.nn.parameter"
+
+    torch = type(sys)("torch")
+    torch.float32 = np.float32
+    torch.empty = lambda shape, dtype: np.empty(shape, dtype).view(FakeTensor)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    x = np.arange(3, dtype=np.float32)
+    got = b.run("add", x.view(Parameter), x)
+    assert type(got) is FakeTensor
+    np.testing.assert_array_equal(got, [0, 2, 4])
+    assert type(b.run("add", x, x)) is np.ndarray
+
+
+class _Bfloat16Host:
+    """A host bfloat16 array as DLPack shows it, with the ``dtype`` its framework gives it."""
+
+    def __init__(self, n, dtype):
+        self.bits, self.dtype = np.zeros(n, np.uint16), dtype
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, stream=None, **_):
+        return dlpack.export(self, self.bits.ctypes.data, (1, 0), abi.CDtype(4, 16, 1), self.bits.shape, False)
+
+
+def test_a_bfloat16_host_result_is_made_like_a_bfloat16_numpy_input(b, monkeypatch):
+    """NumPy has no bfloat16 of its own: the result takes the input's (ml_dtypes) dtype, and an input of
+    another kind is told to pass out=."""
+    with pytest.raises(
+        cuplug.InvalidInputError, match=r"^a bfloat16 host result needs a bfloat16 NumPy input \(ml_dtypes\) or out=$"
+    ):
+        b.run("add", _Bfloat16Host(2, dtype=None), _Bfloat16Host(2, dtype=None))
+    from cuplug.runtime.hostbuf import HostBuffer
+
+    ml_bfloat16 = type("dtype", (), {"name": "bfloat16"})()
+    asked = []
+
+    def empty(shape, dtype):
+        asked.append((shape, dtype))
+        return HostBuffer(cuplug.contract.dtypes.BY_NAME["bfloat16"], shape)
+
+    monkeypatch.setitem(sys.modules, "numpy", type(sys)("numpy"))
+    sys.modules["numpy"].empty = empty
+    x = _Bfloat16Host(2, ml_bfloat16)
+    assert isinstance(b.run("add", x, x), HostBuffer) and asked == [((2,), ml_bfloat16)]
+
+
+def test_on_the_cpu_backend_resident_tensors_are_host_memory(b):
+    """A CPU tensor can feed an upload and receive a download, as any host array can."""
+    src = b.buffer(np.arange(3, dtype=np.float32))
+    dst = b.empty(3)
+    dst.upload(src)
+    out = b.empty(3)
+    src.to_host(out=out)
+    np.testing.assert_array_equal(dst.to_host(), [0, 1, 2])
+    np.testing.assert_array_equal(out.to_host(), [0, 1, 2])
+
+
+def test_a_read_only_host_array_can_be_uploaded(b):
+    x = np.arange(3, dtype=np.float32)
+    x.flags.writeable = False
+    t = b.empty(3)
+    t.upload(x)
+    np.testing.assert_array_equal(t.to_host(), x)
+
+
+def test_dlpack_export_takes_its_arguments_by_keyword_only(b):
+    """The DLPack protocol passes stream, max_version, dl_device and copy by keyword."""
+    t = b.buffer(np.ones(2, np.float32))
+    with pytest.raises(TypeError):
+        t.__dlpack__(None)
+    assert dlpack._obj_api.PyCapsule_IsValid(t.__dlpack__(max_version=(1, 3)), b"dltensor_versioned")
+    assert dlpack._obj_api.PyCapsule_IsValid(t.__dlpack__(max_version=(2, 0)), b"dltensor_versioned")
+
+
+def test_dlpack_export_waits_for_any_other_consumer_stream(gpu, spy):
+    """Any stream but the instance's waits, whatever its handle and integer type; -1 (of any integer type)
+    means the consumer orders by itself."""
+    t = gpu.buffer(np.ones(4, np.float32))
+    for stream, waits in ((STREAM + 0x1000, [(STREAM + 0x1000, 0)]), (np.int64(7), [(7, 0)]), (np.int64(-1), [])):
+        spy.log.clear()
+        t.__dlpack__(stream=stream)
+        assert spy.entries("stream_wait") == waits, stream
+
+
+def test_a_cuda_array_interface_reader_keeps_the_tensor_alive_after_close(b, spy, gpu):
+    """Taking __cuda_array_interface__ exports the tensor: close() leaves its memory to the reader."""
+    t = gpu.buffer(np.arange(4, dtype=np.float32))
+    t.__cuda_array_interface__  # noqa: B018 - the property is the call under test
+    spy.log.clear()
+    gpu.close()
+    assert spy.entries("free") == []
+    np.testing.assert_array_equal(t.to_host(), [0, 1, 2, 3])
+
+
+def test_a_tensor_without_memory_says_address_0(gpu, spy):
+    """cudaMalloc(0) gives NULL: an empty CUDA tensor's data_ptr and __cuda_array_interface__ say 0."""
+    real = spy.lib.tensor
+
+    def null_data(handle, buffer_id, desc):
+        rc = real(handle, buffer_id, desc)
+        desc._obj.data = None
+        return rc
+
+    spy.answers["tensor"] = null_data
+    assert gpu.empty((0,)).data_ptr == 0
+    assert gpu.empty((0, 2)).__cuda_array_interface__["data"] == (0, False)
+
+
+def test_a_producer_stream_equal_to_the_instance_stream_is_not_waited_for(gpu, spy):
+    spy.answers["call"] = 0
+    gpu.run("sum", _CudaArray(stream=int(str(STREAM))))  # the same handle, another int object
+    assert spy.waits_around_the_call()[0] == []
+
+
+def test_dlpack_operands_on_another_device_or_of_no_device_type_are_refused(b, spy):
+    a = np.ones(4, np.float32)
+    with _over(b, spy, "12.4", device={"type": "cuda", "index": 1}) as second:
+        with pytest.raises(cuplug.InvalidInputError, match=r"^sum: x is on cuda:0, this backend on cuda:1"):
+            second.run("sum", _Producer(a, device=(2, 0)))
+        with pytest.raises(cuplug.InvalidInputError, match="DLPack device type 0 is neither the host nor CUDA"):
+            second.run("sum", _Producer(a, device=(0, 0)))
+
+
+def test_an_object_with_dlpack_but_no_device_is_not_an_array(b):
+    class NoDevice:
+        def __dlpack__(self, stream=None):
+            raise AssertionError("never asked without __dlpack_device__")
+
+    with pytest.raises(cuplug.InvalidInputError, match=r"^sum: x: expected an array .* got NoDevice$"):
+        b.run("sum", NoDevice())
+
+
+def test_a_failed_call_frees_the_outputs_it_allocated(cpu, spy):
+    """A call the backend refuses leaks nothing: the resident outputs made for it are freed at once, even
+    while the caller keeps the exception (whose traceback holds the call's frame)."""
+    t = cpu.buffer(np.ones(3, np.float32))
+    spy.log.clear()
+    spy.answers.update(call=abi.E_DEVICE, last_error="add: the kernel faulted")
+    with pytest.raises(cuplug.BackendError, match=r"^add: the kernel faulted$") as kept:
+        cpu.run("add", t, t)
+    assert len(spy.entries("alloc")) == 1 and len(spy.entries("free")) == 1
+    assert spy.entries("free")[0] != (t.id,) and kept.value.status == abi.E_DEVICE

@@ -66,7 +66,12 @@ MODULES: dict[str, list[list[str]]] = {
     "runtime/dlpack.py": [*API_STAGES, ["tests/test_hostile_fork.py"]],
     "tools/cli.py": [
         ["tests/test_cli.py"],
-        ["tests/test_driver_and_cli.py", "tests/test_operator_tools.py", "tests/test_hostile_config.py", REFERENCE_PAGES],
+        [
+            "tests/test_driver_and_cli.py",
+            "tests/test_operator_tools.py",
+            "tests/test_hostile_config.py",
+            REFERENCE_PAGES,
+        ],
     ],
     "tools/inspection.py": [
         ["tests/test_inspection.py"],

@@ -582,6 +582,8 @@ def test_a_cuda_array_is_read_in_place_on_its_device(gpu, spy):
         ({"strides": (8,)}, "C-contiguous"),
         ({"strides": (2,)}, "C-contiguous"),  # not a whole number of elements
         ({"shape": (2, 3), "strides": (4, 8)}, "C-contiguous"),  # Fortran order
+        ({"shape": (2, 3), "strides": (4,)}, r"gives 1 strides for 2 dimensions"),  # a producer's bug, named
+        ({"shape": (3,), "strides": (12, 4)}, r"gives 2 strides for 1 dimensions"),
     ],
 )
 def test_unusable_cuda_arrays_are_refused_before_c(gpu, spy, cai, match):
@@ -1430,6 +1432,30 @@ def test_a_bfloat16_host_result_is_made_like_a_bfloat16_numpy_input(b, monkeypat
     sys.modules["numpy"].empty = empty
     x = _Bfloat16Host(2, ml_bfloat16)
     assert isinstance(b.run("add", x, x), HostBuffer) and asked == [((2,), ml_bfloat16)]
+
+
+def test_a_bfloat16_host_result_of_cuplugs_own_host_memory_asks_for_out(b):
+    """cuplug's HostBuffer carries cuplug's dtype, which NumPy cannot make an array of: the documented
+    error, with NumPy imported (it is here) as without."""
+    from cuplug.runtime.hostbuf import HostBuffer
+
+    h = HostBuffer(cuplug.contract.dtypes.BY_NAME["bfloat16"], (2,))
+    with pytest.raises(cuplug.InvalidInputError, match=r"bfloat16 host result needs a bfloat16 NumPy input"):
+        b.run("add", h, h)
+    out = HostBuffer(cuplug.contract.dtypes.BY_NAME["bfloat16"], (2,))
+    h.fill([1.5, 2.0])
+    assert b.run("add", h, h, out=out) is out and out.values() == [3.0, 4.0]
+
+
+def test_a_host_result_is_made_like_the_callers_array_beside_a_resident_tensor(b):
+    """On the CPU backend a resident tensor and a NumPy array may meet in one call: the result is the
+    caller's kind (NumPy), whichever operand comes first."""
+    t = b.buffer(np.arange(3, dtype=np.float32))
+    x = np.ones(3, np.float32)
+    for got in (b.run("add", t, x), b.run("add", x, t)):
+        assert type(got) is np.ndarray
+        np.testing.assert_array_equal(got, [1, 2, 3])
+    assert b.run("sum", t) == 3.0  # resident only: a Python number, as before
 
 
 def test_on_the_cpu_backend_resident_tensors_are_host_memory(b):

@@ -326,6 +326,10 @@ def _from_cai(obj: Any, name: str, writable: bool, device: int) -> _Arg:
         raise InvalidInputError(f"{name}: the producer marks this array read-only")
     shape = tuple(int(s) for s in cai["shape"])
     strides = cai.get("strides")
+    if strides is not None and len(strides) != len(shape):
+        raise InvalidInputError(
+            f"{name}: __cuda_array_interface__ gives {len(strides)} strides for {len(shape)} dimensions"
+        )
     if strides is not None and (
         any(int(s) % dt.itemsize for s in strides)
         or not _c_contiguous(shape, tuple(int(s) // dt.itemsize for s in strides))
@@ -543,8 +547,10 @@ class Backend:
                 if a.host != host:
                     raise InvalidInputError(f"{op}: out {sig.outputs[i].name} must be on the same side as the inputs")
         elif host and not resident:
+            # made like the caller's own array, not like a resident tensor beside it (CPU backend)
+            like = next((x for x in inputs if not isinstance(x, Tensor)), None)
             results = [
-                _host_result(inputs[0] if inputs else None, dt, shape, bool(o.shape_rule.get("scalar")))
+                _host_result(like, dt, shape, bool(o.shape_rule.get("scalar")))
                 for (dt, shape), o in zip(out_specs, sig.outputs, strict=True)
             ]
             # array.array holds a flat copy of any shape: the descriptor carries the op's shape.
@@ -682,7 +688,8 @@ def _new_host(template: Any, dt: dtypes.DType, shape: tuple[int, ...]) -> Any:
     if np is not None and (root == "numpy" or not dt.array_code):
         if dt.name == "bfloat16":
             tdt = kind.dtype if kind is not None else None
-            if getattr(tdt, "name", "") != "bfloat16":
+            # a framework's bfloat16 (ml_dtypes) makes the array; cuplug's own dtype (a HostBuffer's) cannot
+            if getattr(tdt, "name", "") != "bfloat16" or isinstance(tdt, dtypes.DType):
                 raise InvalidInputError("a bfloat16 host result needs a bfloat16 NumPy input (ml_dtypes) or out=")
             return np.empty(shape, dtype=tdt)
         return np.empty(shape, dtype=dt.name)

@@ -235,6 +235,16 @@ def test_probe_total_is_in_milliseconds(no_driver, capsys):
     assert doc["add_ms"] == 1000.0 and doc["total_ms"] == 9000.0
 
 
+def test_each_op_is_timed_on_its_own(no_driver, capsys):
+    """Each op's time is from its own start to its own end: with a clock whose reads double (1, 2, 4 ... ms), the
+    add takes 2 ms, the three ops 8, 32 and 128 ms, and the whole probe 511 ms."""
+    ticks = iter(range(100))
+    no_driver.setattr(cli, "time", SimpleNamespace(perf_counter=lambda: 2 ** next(ticks) / 1e3))
+    doc = json.loads(run(["probe", "--json", "--allow-cpu"], capsys)[1])
+    assert doc["add_ms"] == 2.0 and doc["ops"] == {"add": 8.0, "scale_add": 32.0, "sum": 128.0}
+    assert doc["total_ms"] == 511.0
+
+
 def test_probe_finds_a_result_below_the_sum_as_well_as_above(no_driver, capsys):
     """An add that drops y (returns x) is as wrong as one that adds too much: the first element where y is not 0."""
     real = api.Backend.run
@@ -267,22 +277,32 @@ def test_a_gpu_variant_of_any_name_is_no_cpu_fallback(gpu, no_driver, capsys, va
     code, out, _ = run(["probe"], capsys)
     assert code == reasons.EXIT_OK and out.startswith(f"cuplug probe: cuda13/{variant} on H200 stand-in: vector add ")
     assert "CPU fallback" not in out and "3 op(s) checked against the CPU twin" in out
+    assert len(gpu) == 2 and gpu[1].variant == "cpu"  # the twin was loaded: the ops really were compared
 
 
 @pytest.mark.parametrize("name", ["".join(["vec", "tor"]), "zeta"])
 def test_probe_says_which_backend_it_checked(gpu, capsys, name):
     """--backend vector on a command line (a string built at run time, as sys.argv's are) is the vector add; any
-    other name, one sorting after "vector" too, is "backend NAME"."""
+    other name, one sorting after "vector" too, is "backend NAME", its ops run but no vector add timed."""
     code, out, _ = run(["probe", "--backend", name], capsys)
-    what = "vector add of 1048579 elements ok" if name == "vector" else f"backend {name} ok"
-    assert code == 0 and out.startswith(f"cuplug probe: cuda13/sm80 on H200 stand-in: {what}, 3 op(s) ")
+    what, took = (
+        ("vector add of 1048579 elements ok", " in ") if name == "vector" else (f"backend {name} ok", " (total ")
+    )
+    assert code == 0 and out.startswith(
+        f"cuplug probe: cuda13/sm80 on H200 stand-in: {what}, 3 op(s) checked against the CPU twin{took}"
+    )
 
 
 def test_json_output_is_one_canonical_form(no_driver, tmp_path, capsys):
     """probe, doctor and warmup print their JSON indented by two spaces, keys in the order built: the same facts
     give the same bytes (operators diff them across machines; the docs show this form)."""
     no_driver.setenv("CUDA_CACHE_PATH", str(tmp_path / "cache"))
-    for argv in (["probe", "--json", "--allow-cpu"], ["doctor", "--json", "--no-load"], ["warmup", "--json"]):
+    for argv in (
+        ["probe", "--json", "--allow-cpu"],
+        ["doctor", "--json", "--no-load"],
+        ["doctor", "--json"],
+        ["warmup", "--json"],
+    ):
         out = run(argv, capsys)[1]
         assert out == json.dumps(json.loads(out), indent=2) + "\n", argv
 
@@ -355,6 +375,8 @@ def test_probe_says_when_a_forced_variant_fell_through(no_driver, site, fake_dri
         ({"memory_total": 1, "memory_free": "?"}, ""),  # a free memory that is no number: no memory shown
         ({"memory_total": 1, "memory_free": 1}, ", 0.0/0.0 GiB free"),  # any known total is shown
         ({"memory_total": 0, "memory_free": 0}, ""),  # 0: the device does not say
+        ({"memory_total": -1, "memory_free": 0}, ""),  # a negative total is no answer either
+        ({"memory_total": 3 << 29, "memory_free": 1 << 29}, ", 0.5/1.5 GiB free"),  # a MIG slice: tenths shown
         ({"memory_total": None, "temperature_c": None}, ""),
     ],
 )
@@ -424,6 +446,7 @@ def test_inspect_text_and_json_and_their_exit_codes(pkg, capsys):
     code, out, _ = run(["inspect", "--json", str(pkg)], capsys)
     doc = json.loads(out)
     assert code == 15 and doc["ok"] is False and [a["variant"] for a in doc["artifacts"] if not a["ok"]] == ["sm80"]
+    assert out == json.dumps(doc, indent=2) + "\n"  # the one JSON form every tool prints
 
 
 def test_inspect_of_what_it_does_not_understand_is_exit_2(tmp_path, capsys):

@@ -285,3 +285,42 @@ def test_a_library_that_cannot_be_read_keeps_its_variant(pkg, monkeypatch):
 def test_a_name_too_long_to_examine_is_a_usage_error():
     with pytest.raises(inspection.InspectError, match="cannot be examined"):
         inspection.inspect_target("x" * 5000)
+
+
+def test_an_entry_escaping_a_wheel_does_not_hide_the_ones_after_it(tmp_path):
+    """A wheel's manifest whose first entry names a file outside its package: one finding, the rest still checked."""
+    wheel = next(Path(WHEELS or "").glob("cuplug_cuda13-*.whl"))
+    with zipfile.ZipFile(wheel) as zin:
+        members = {i.filename: zin.read(i) for i in zin.infolist()}
+    doc = json.loads(members["cuplug_cuda13/manifest.json"])
+    doc["artifacts"][0]["file"] = "../outside.so"
+    members["cuplug_cuda13/manifest.json"] = json.dumps(doc).encode()
+    found = inspection.inspect_target(str(_wheel_of(tmp_path, members)))
+    assert "must be a relative path inside the package" in found[0].problems[0]
+    assert len(found) == 4 and sum(f.ok for f in found) == 3
+
+
+def test_a_library_finds_its_own_entry_whatever_the_manifests_order(pkg):
+    """An author's manifest may list its artifacts in any order: each library is compared with the entry that
+    names it, never a neighbour's."""
+    doc = json.loads((pkg / "manifest.json").read_text())
+    for order in (doc["artifacts"], doc["artifacts"][::-1]):
+        (pkg / "manifest.json").write_text(json.dumps({**doc, "artifacts": order}))
+        for art in order:
+            (f,) = inspection.inspect_target(str(pkg / art["file"]))
+            assert f.ok and f.variant == art["variant"], (art["variant"], f.problems)
+
+
+def test_a_wheel_is_read_up_to_its_100000th_member(tmp_path):
+    """A zip of countless entries costs inspect no more than 100,000 of them: an artifact that is member 100,000
+    is checked, one after it is as good as missing (and said so)."""
+    wheel = next(Path(WHEELS or "").glob("cuplug_cuda13-*.whl"))
+    with zipfile.ZipFile(wheel) as zin:
+        members = {i.filename: zin.read(i) for i in zin.infolist()}
+    doc = json.loads(members["cuplug_cuda13/manifest.json"])
+    last, after = (f"cuplug_cuda13/{a['file']}" for a in doc["artifacts"][-2:])
+    tail = {name: members.pop(name) for name in (last, after)}
+    filler = {f"filler/{i}": b"" for i in range(100_000 - 1 - len(members))}
+    found = inspection.inspect_target(str(_wheel_of(tmp_path, {**members, **filler, **tail})))
+    assert [f.ok for f in found] == [True, True, True, False]
+    assert found[3].problems == ["listed in the manifest, missing from the wheel"]

@@ -530,3 +530,14 @@ def test_a_long_non_ascii_file_name_still_gets_a_memfd(tmp_path, lib):
     name = "\u00e9" * 120 + ".so"  # 243 bytes in UTF-8: the label given to the kernel is cut in bytes, not characters
     art = _artifact(tmp_path, name, lib + b"\0" * 9)
     assert verify.verified(art).how == "memfd"
+
+
+def test_a_long_name_labels_its_memfd_cut_to_240_bytes():
+    """Operators see each verified copy as memfd:cuplug:<name> in /proc/PID/maps and fd links; a name longer than
+    the kernel takes (249 bytes) is cut, never refused: cuplug: and the name, 240 bytes in all."""
+    for name, label in (("sm80", "cuplug:sm80"), ("x" * 300, "cuplug:" + "x" * 233)):
+        fd, how = verify._new_sink(name)
+        try:
+            assert how == "memfd" and os.readlink(f"/proc/self/fd/{fd}") == f"/memfd:{label} (deleted)"
+        finally:
+            os.close(fd)

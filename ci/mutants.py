@@ -101,6 +101,7 @@ TIMEOUT_FACTOR, TIMEOUT_FLOOR_S = 3.0, 30.0
 # A mutant's outcome; all but "skipped" (filtered before the run) are mutants the score is over.
 OUTCOMES = ("killed", "timeout", "incompetent", "survived", "pending", "skipped")
 DETECTED = ("killed", "timeout", "incompetent")
+RUN_FACTS = ("seconds", "baseline_s", "resumed")  # known only while the run runs: kept by --summarize
 
 
 def _test_command(tests: list[str]) -> str:
@@ -208,6 +209,7 @@ def run_module(module: str, site: Path, work: Path, log: list[str], resume: bool
     result["seconds"] = round(time.monotonic() - t0, 1)
     result["date"] = str(datetime.date.today())
     result["baseline_s"] = [round(v, 1) for v in baseline]
+    result["source_sha256"] = before  # what was mutated: a reader can tell a result of an older source
     if resumed:
         result["resumed"] = True  # "seconds" is the resumed part's
     log.append(f"{module}: {result['killed']} killed, {result['survived']} survived in {result['seconds']} s")
@@ -290,8 +292,11 @@ def report(results: list[dict[str, object]], out: Path, meta: dict[str, object])
         "place, each module against its own tests (`ci/mutants.py`, MODULES). Score = detected / (detected +",
         "survived), detected = killed + timeout + incompetent; `|` in annotations filtered (never evaluated).",
         "",
-        "| module | mutants | killed | timeout | incompetent | survived | score | with equivalents | target | time |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "Source: the module's sha256 when the report was written matches the one mutated (`current`), or not.",
+        "",
+        "| module | mutants | killed | timeout | incompetent | survived | score | with equivalents | target | time "
+        "| source |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         n = _mutants(r)
@@ -301,7 +306,7 @@ def report(results: list[dict[str, object]], out: Path, meta: dict[str, object])
         lines.append(
             f"| `{r['module']}` | {n} | {r['killed']} | {r['timeout']} | {r['incompetent']} | {r['survived']}{_pending(r)} | "
             f"{_pct(r['score'])} | {_pct(r['score_counting_equivalent'])} | {met} | {r.get('seconds', '-')} s"
-            f"{' (resumed)' if r.get('resumed') else ''} |"
+            f"{' (resumed)' if r.get('resumed') else ''} | {_source_state(r)} |"
         )
     missing = [m for m in MODULES if m not in {r["module"] for r in results}]
     if missing:
@@ -315,6 +320,16 @@ def report(results: list[dict[str, object]], out: Path, meta: dict[str, object])
             diff = "; ".join(d.strip() for d in str(s["diff"]).splitlines())
             lines.append(f"- line {s['line']} `{s['operator']}` #{s['occurrence']}: `{diff}`{why}")
     (out / "mutants.md").write_text("\n".join(lines) + "\n")
+
+
+def source_digest(module: str) -> str:
+    return _digest(ROOT / "loader" / "cuplug" / module)
+
+
+def _source_state(r: dict[str, object]) -> str:
+    if not r.get("source_sha256"):
+        return "unknown"
+    return "current" if r["source_sha256"] == source_digest(str(r["module"])) else "**older**"
 
 
 def _mutants(r: dict[str, object]) -> int:
@@ -386,10 +401,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     lock = threading.Lock()
 
+    def kept_results() -> list[dict[str, object]]:  # modules run earlier into the same DIR stay in its report
+        earlier = args.out / "mutants.json"
+        return json.loads(earlier.read_text())["modules"] if earlier.is_file() else []
+
     def write_report() -> None:  # after every module: a run stopped early still reports what it finished
-        earlier = args.out / "mutants.json"  # modules run earlier into the same DIR stay in its report
-        kept = json.loads(earlier.read_text())["modules"] if earlier.is_file() else []
-        merged = {str(r["module"]): r for r in kept if r["module"] in MODULES} | results
+        merged = {str(r["module"]): r for r in kept_results() if r["module"] in MODULES} | results
         report([merged[m] for m in MODULES if m in merged], args.out, meta)
 
     if args.summarize:
@@ -398,7 +415,13 @@ def main(argv: list[str] | None = None) -> int:
             if not db.is_file():
                 p.error(f"{db} does not exist: {module} was never run into {args.work}")
             result = summarize(module, db, (ROOT / "loader" / "cuplug" / module).read_text().splitlines())
+            made_from = args.work / f"{_slug(module)}.source-sha256"
+            earlier = next((r for r in kept_results() if r["module"] == module), {})
+            # the run's own facts (time, baselines) stay when its database is summarized again
+            result = {k: earlier[k] for k in RUN_FACTS if k in earlier} | result
             result["date"] = str(datetime.date.fromtimestamp(db.stat().st_mtime))
+            if made_from.is_file():
+                result["source_sha256"] = made_from.read_text().strip()
             results[module] = result
         write_report()
         return 0

@@ -145,8 +145,8 @@ def _digest(path: Path) -> str:
 def run_module(module: str, site: Path, work: Path, log: list[str], resume: bool = False) -> dict[str, object]:
     """One module in one slot: init, filter, exec; returns its counts and survivors. ``resume`` keeps the
     module's database when it was made from the same source (its digest beside it) and re-runs only the
-    survivors and the mutants a stopped run never reached: what was killed stays killed while tests are only
-    added. Any change to the module's source makes it a whole run."""
+    survivors not argued equivalent and the mutants a stopped run never reached: what was killed stays killed
+    while tests are only added. Any change to the module's source makes it a whole run."""
     bin_dir = _bin(site)
     python = str(bin_dir / "python")
     work.mkdir(parents=True, exist_ok=True)
@@ -198,10 +198,16 @@ def run_module(module: str, site: Path, work: Path, log: list[str], resume: bool
         ):
             subprocess.run([str(bin_dir / step[0]), *step[1:]], cwd=site, env=env, check=True, capture_output=True)
         made_from.write_text(before + "\n")
+    # A resumed run leaves the survivors argued equivalent as they are (the argument says no test can kill them;
+    # a whole run still sends every survivor through every stage, so a wrong argument shows there).
+    keep = _argued_jobs(module, db, target.read_text().splitlines()) if resumed else set()
     for i, cfg in enumerate(configs):
         if i or resumed:  # the survivors so far meet this stage's tests
             with sqlite3.connect(db) as con:
-                con.execute("delete from work_results where test_outcome = 'SURVIVED'")
+                survivors = con.execute("select job_id from work_results where test_outcome = 'SURVIVED'").fetchall()
+                con.executemany(
+                    "delete from work_results where job_id = ?", [(j,) for (j,) in survivors if j not in keep]
+                )
         subprocess.run([str(bin_dir / "cosmic-ray"), "exec", str(cfg), str(db)], cwd=site, env=env, check=True)
     if _digest(target) != before:  # cosmic-ray restores each file; a killed run could leave a mutant behind
         raise RuntimeError(f"{target} was left mutated: reinstall cuplug into {site.parents[2]}")
@@ -215,6 +221,21 @@ def run_module(module: str, site: Path, work: Path, log: list[str], resume: bool
     log.append(f"{module}: {result['killed']} killed, {result['survived']} survived in {result['seconds']} s")
     print(log[-1], flush=True)
     return result
+
+
+def _argued_jobs(module: str, db: Path, source: list[str]) -> set[str]:
+    """The surviving mutants of a database whose operator and line have an argument of equivalence."""
+    argued = _equivalents(module)
+    with sqlite3.connect(db) as con:
+        rows = con.execute(
+            "select s.job_id, s.operator_name, s.start_pos_row from mutation_specs s join work_results r "
+            "on r.job_id = s.job_id where r.test_outcome = 'SURVIVED'"
+        ).fetchall()
+    return {
+        job
+        for job, op, row in rows
+        if 0 < row <= len(source) and _key({"operator": op, "source": source[row - 1].strip()}) in argued
+    }
 
 
 def summarize(module: str, db: Path, source: list[str]) -> dict[str, object]:
@@ -374,8 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--resume",
         action="store_true",
-        help="keep a module's database made from the same source and re-run only its survivors and the mutants "
-        "a stopped run never reached (after adding tests); a changed source is a whole run",
+        help="keep a module's database made from the same source and re-run only its survivors not argued "
+        "equivalent and the mutants a stopped run never reached (after adding tests); a changed source is a whole run",
     )
     args = p.parse_args(argv)
     modules = args.modules or (changed_modules(args.changed) if args.changed else list(MODULES))

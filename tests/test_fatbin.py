@@ -114,6 +114,7 @@ def test_several_ptx_isas_are_refused():
         (b"\0" * 64, "no fat binary container"),
         (struct.pack("<IHHQ", 0xDEADBEEF, 1, 16, 0), "magic"),
         (struct.pack("<IHHQ", fatbin.MAGIC, 2, 16, 0), "container version 2"),
+        (struct.pack("<IHHQ", fatbin.MAGIC, 0, 16, 0), "container version 0"),  # only version 1 is understood
         (struct.pack("<IHHQ", fatbin.MAGIC, 1, 8, 0), "header size 8"),
         (struct.pack("<IHHQ", fatbin.MAGIC, 1, 16, 1000) + b"\0" * 10, "runs past the section"),
         (container(entry(SASS, 80))[:-20], "runs past the section"),
@@ -137,6 +138,26 @@ def test_entries_that_do_not_fit_their_container():
     struct.pack_into("<Q", big, 8, 10_000)  # a payload past the container
     with pytest.raises(fatbin.FatbinError, match="exceed the container"):
         fatbin.parse(container(bytes(big)))
+
+
+def test_a_second_entry_that_does_not_fit_is_refused_where_it_starts():
+    """The bounds hold at any offset (here 52: a first entry of a 32-byte header and 4 bytes of payload):
+    a header one byte short, or a payload one byte past the container, is a FatbinError naming offset 52."""
+    first = entry(SASS, 75, payload=4, header=32)
+    with pytest.raises(fatbin.FatbinError, match=r"^offset 52: truncated entry header$"):
+        fatbin.parse(container(first, entry(PTX, 80, 8, 4, payload=0, header=32)[:31]))
+    overrun = bytearray(entry(PTX, 80, 8, 4, payload=11))
+    struct.pack_into("<Q", overrun, 8, 12)  # says 12 bytes of payload, the container holds 11
+    with pytest.raises(
+        fatbin.FatbinError, match=r"^offset 52: entry header 64 B \+ payload 12 B exceed the container$"
+    ):
+        fatbin.parse(container(first, bytes(overrun)))
+
+
+def test_a_container_ending_one_byte_past_an_8_byte_boundary_is_padded_to_the_next():
+    first = container(entry(SASS, 75, payload=1))  # 16 + 64 + 1 = 81 bytes: the next starts at 88
+    code = fatbin.device_code(first + b"\0" * 7 + container(entry(SASS, 80)))
+    assert code.sass == ("sm_75", "sm_80") and len(code.entries) == 2
 
 
 def test_an_entry_exactly_filling_its_container():
@@ -179,6 +200,9 @@ def test_read_elf_of_a_built_cuda_backend_and_of_one_whose_section_lies(site):
     with pytest.raises(fatbin.FatbinError, match=r"magic|runs past|exceed|truncated"):
         fatbin.read_elf(bytes(data))
     struct.pack_into("<Q", data, at + 32, size)
+    for sh_type in (14, 15, 7):  # SHT_INIT_ARRAY, SHT_FINI_ARRAY, SHT_NOTE: a type that lies still has its bytes
+        struct.pack_into("<I", data, at + 4, sh_type)
+        assert fatbin.read_elf(bytes(data)) == code
     struct.pack_into("<I", data, at + 4, 8)  # SHT_NOBITS: no bytes in the file, whatever its size says
     struct.pack_into("<Q", data, at + 32, 1 << 40)
     with pytest.raises(fatbin.FatbinError, match=r"^no fat binary container in the section$"):

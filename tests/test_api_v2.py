@@ -239,6 +239,16 @@ def test_stream_arguments(b):
     for bad in (-1, "s", 1.5, True):
         with pytest.raises(cuplug.InvalidInputError, match="stream"):
             stream_handle(bad)
+
+    class Negative:  # a stream object that gives a negative address: no stream, wherever the number comes from
+        def __init__(self, how):
+            setattr(self, how, (lambda: (0, -8)) if how == "__cuda_stream__" else -8)
+
+    for how in ("__cuda_stream__", "cuda_stream", "ptr", "handle"):
+        with pytest.raises(cuplug.InvalidInputError, match=r"^stream handle must be >= 0, got -8$"):
+            stream_handle(Negative(how))
+        with pytest.raises(cuplug.InvalidInputError, match="stream handle must be >= 0"):
+            b.run("sum", np.ones(2, np.float32), stream=Negative(how))
     np.testing.assert_array_equal(b.run("add", np.ones(2, np.float32), np.ones(2, np.float32), stream=0), [2, 2])
 
 
@@ -506,6 +516,33 @@ def test_a_cuda_tensor_exports_the_cuda_array_interface_on_the_instance_stream(b
         t.__cuda_array_interface__  # noqa: B018
 
 
+def test_in_a_forked_child_an_exported_cuda_tensor_is_not_read_through_the_parents_instance(gpu):
+    """An exported tensor outlives close() in the process that made it; a forked child owns no part of a CUDA
+    instance: reading the tensor there is refused (before the child's close(): made in another process; after
+    it: closed), never done through the parent's context."""
+    t = gpu.buffer(np.arange(4, dtype=np.float32))
+    t.__cuda_array_interface__  # noqa: B018 - exported: t now outlives close()
+    pid = os.fork()
+    if pid == 0:
+        codes = []
+        for close_first in (False, True):
+            try:
+                if close_first:
+                    gpu.close()
+                t.to_host()
+                codes.append(1)  # read through the parent's instance
+            except cuplug.BackendClosedError:
+                codes.append(0 if close_first else 2)
+            except cuplug.BackendError as exc:
+                codes.append(0 if not close_first and "was created in process" in str(exc) else 3)
+            except BaseException:
+                codes.append(4)
+        os._exit(10 * codes[0] + codes[1])
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    np.testing.assert_array_equal(t.to_host(), [0, 1, 2, 3])  # the parent's instance is untouched
+
+
 def test_a_backend_says_its_device_and_stream_from_its_ping(b, spy):
     with _over(b, spy, "12.4", device={"type": "cuda", "index": 1}, stream="7") as be:
         assert (be.device_type, be.device_index, be.stream, be.cuda) == (2, 1, 7, "12.4")
@@ -545,6 +582,10 @@ def test_dlpack_export_honours_max_version_copy_and_device(b):
     assert dlpack._obj_api.PyCapsule_IsValid(cap, b"dltensor")
     with pytest.raises(BufferError, match=r"cannot export to device \(2, 0\)"):
         t.__dlpack__(dl_device=(2, 0))
+    for stream in (-1, None, 1, 2, 1234):  # DLPack's stream values: all accepted
+        t.__dlpack__(stream=stream)
+    with pytest.raises(BufferError, match=r"^stream -2 is no CUDA stream"):
+        t.__dlpack__(stream=-2)
 
 
 def test_a_given_stream_orders_the_launch_after_the_tensors_and_the_instance_after_the_launch(gpu, spy):
@@ -608,6 +649,10 @@ def test_a_cuda_array_interface_stream_is_waited_for(gpu, spy):
     spy.log.clear()
     gpu.run("sum", _CudaArray(stream=STREAM))  # already the instance stream: nothing to wait for
     assert spy.waits_around_the_call()[0] == []
+    spy.log.clear()
+    with pytest.raises(cuplug.InvalidInputError, match=r"x: __cuda_array_interface__ stream -3 is no CUDA stream$"):
+        gpu.run("sum", _CudaArray(stream=-3))
+    assert spy.entries("call") == []
 
 
 def test_a_cuda_dlpack_operand_is_asked_for_the_launch_stream(gpu, spy):
@@ -1421,7 +1466,8 @@ def test_a_bfloat16_host_result_is_made_like_a_bfloat16_numpy_input(b, monkeypat
         b.run("add", _Bfloat16Host(2, dtype=None), _Bfloat16Host(2, dtype=None))
     from cuplug.runtime.hostbuf import HostBuffer
 
-    ml_bfloat16 = type("dtype", (), {"name": "bfloat16"})()
+    # a framework's name is a string made at run time, equal to "bfloat16" but not the literal itself
+    ml_bfloat16 = type("dtype", (), {"name": "".join(["bfloat", "16"])})()
     asked = []
 
     def empty(shape, dtype):
@@ -1432,6 +1478,11 @@ def test_a_bfloat16_host_result_is_made_like_a_bfloat16_numpy_input(b, monkeypat
     sys.modules["numpy"].empty = empty
     x = _Bfloat16Host(2, ml_bfloat16)
     assert isinstance(b.run("add", x, x), HostBuffer) and asked == [((2,), ml_bfloat16)]
+    for other in ("float16", "", "bfloat16x"):  # a framework dtype of another name never makes a bfloat16 result
+        y = _Bfloat16Host(2, type("dtype", (), {"name": other})())
+        with pytest.raises(cuplug.InvalidInputError, match="needs a bfloat16 NumPy input"):
+            b.run("add", y, y)
+    assert len(asked) == 1
 
 
 def test_a_bfloat16_host_result_of_cuplugs_own_host_memory_asks_for_out(b):
@@ -1467,6 +1518,16 @@ def test_on_the_cpu_backend_resident_tensors_are_host_memory(b):
     src.to_host(out=out)
     np.testing.assert_array_equal(dst.to_host(), [0, 1, 2])
     np.testing.assert_array_equal(out.to_host(), [0, 1, 2])
+
+
+def test_a_host_copy_takes_exactly_the_tensors_element_count(b):
+    """upload and to_host copy whole tensors: a host array of fewer elements, or more, is refused naming both."""
+    t = b.empty(4)
+    for n in (3, 5):
+        with pytest.raises(cuplug.InvalidInputError, match=rf"^upload: source has {n} elements of float32\[{n}\], "):
+            t.upload(np.ones(n, np.float32))
+        with pytest.raises(cuplug.InvalidInputError, match=rf"^download: out has {n} elements"):
+            t.to_host(out=np.ones(n, np.float32))
 
 
 def test_a_read_only_host_array_can_be_uploaded(b):

@@ -58,10 +58,13 @@ def stream_handle(stream: Any) -> int:
     """The cudaStream_t behind ``stream`` as an integer (0 = the legacy default stream)."""
     if isinstance(stream, bool):
         raise InvalidInputError(f"stream must be a CUDA stream or its handle, got {stream!r}")
-    if isinstance(stream, int):
-        if stream < 0:
-            raise InvalidInputError(f"stream handle must be >= 0, got {stream}")
-        return stream
+    handle = stream if isinstance(stream, int) else _object_stream_handle(stream)
+    if handle < 0:  # an address: a negative one is no stream, whoever gives it
+        raise InvalidInputError(f"stream handle must be >= 0, got {handle}")
+    return handle
+
+
+def _object_stream_handle(stream: Any) -> int:
     proto = getattr(stream, "__cuda_stream__", None)
     if proto is not None:
         _version, handle = proto() if callable(proto) else proto
@@ -340,6 +343,8 @@ def _from_cai(obj: Any, name: str, writable: bool, device: int) -> _Arg:
     arg = _Arg(ct, (shape_array, obj), dt, shape, False, obj)
     if cai.get("stream") is not None:
         arg.stream = int(cai["stream"])
+        if arg.stream < 0:
+            raise InvalidInputError(f"{name}: __cuda_array_interface__ stream {arg.stream} is no CUDA stream")
     return arg
 
 
@@ -863,6 +868,8 @@ class Tensor:
             raise BufferError(f"cuplug cannot export to device {tuple(dl_device)}; this tensor is on {self.device}")
         desc = self._descriptor()
         self._handle()
+        if stream is not None and int(stream) < -1:
+            raise BufferError(f"stream {stream} is no CUDA stream (DLPack: None, -1, 1, 2 or a stream handle)")
         if self.backend.device_type == dtypes.DEVICE_CUDA and stream != -1:
             # The consumer's stream (None: the legacy default stream) waits for the work that wrote us.
             # Every write of a tensor is ordered on the instance stream (run()), so that is what it waits for.

@@ -623,6 +623,9 @@ def test_a_cuda_array_is_read_in_place_on_its_device(gpu, spy):
         ({"strides": (8,)}, "C-contiguous"),
         ({"strides": (2,)}, "C-contiguous"),  # not a whole number of elements
         ({"shape": (2, 3), "strides": (4, 8)}, "C-contiguous"),  # Fortran order
+        ({"shape": (3,), "strides": (0,)}, "C-contiguous"),  # a broadcast: every element at one address
+        ({"shape": (-2,)}, r"x: __cuda_array_interface__ gives the shape \[-2\], with a negative extent$"),
+        ({"shape": (3, -1), "strides": (4, 4)}, "negative extent"),  # refused as such, whatever the strides
         ({"shape": (2, 3), "strides": (4,)}, r"gives 1 strides for 2 dimensions"),  # a producer's bug, named
         ({"shape": (3,), "strides": (12, 4)}, r"gives 2 strides for 1 dimensions"),
     ],
@@ -691,6 +694,23 @@ def test_host_dlpack_operands(b):
     np.testing.assert_array_equal(out, x + x)
     with pytest.raises(cuplug.InvalidInputError, match="2 lanes"):
         b.run("sum", _Producer(x, dtype=abi.CDtype(2, 32, 2)))
+
+
+def test_a_dlpack_producer_giving_a_negative_extent_is_refused(b):
+    x = np.arange(4, dtype=np.float32)
+    p = _Producer(x)
+    real = p.__dlpack__
+
+    def negative(stream=None, **kw):
+        cap = real(stream=stream, **kw)
+        dlpack.Imported(cap).tensor.shape[0] = -4  # the producer's own shape array, as a broken one would fill it
+        return cap
+
+    p.__dlpack__ = negative
+    with pytest.raises(
+        cuplug.InvalidInputError, match=r"^sum: x: DLPack gives the shape \[-4\], with a negative extent$"
+    ):
+        b.run("sum", p)
 
 
 def test_device_operands_and_host_operands_do_not_mix(gpu):
@@ -1141,6 +1161,8 @@ def test_only_pytorchs_and_cupys_current_streams_are_ordered_after_a_call(gpu, s
     assert waits_after(_CudaArray(), _CudaArray(), out=_CupyArray()) == [(4242, 0)]  # the out's producer too
     assert waits_after(acme(), zframe()) == []  # frameworks cuplug does not know are not asked
     assert waits_after(_CupyArray(), _CupyArray(), stream=5) == [(0, 5)]  # a given stream: the caller orders
+    parameter = type("Parameter", (_TorchCudaTensor,), {"__module__": "torch.nn.parameter"})  # a subclass's module
+    assert waits_after(parameter(), parameter()) == [(77, 0)]
     monkeypatch.delitem(sys.modules, "torch")  # a framework not imported cannot be asked
     assert waits_after(_TorchCudaTensor(), _TorchCudaTensor()) == []
 
@@ -1615,3 +1637,70 @@ def test_a_failed_call_frees_the_outputs_it_allocated(cpu, spy):
         cpu.run("add", t, t)
     assert len(spy.entries("alloc")) == 1 and len(spy.entries("free")) == 1
     assert spy.entries("free")[0] != (t.id,) and kept.value.status == abi.E_DEVICE
+
+
+def test_a_ping_that_fails_with_any_status_is_a_backend_error(cpu, spy):
+    for rc in (abi.E_INVALID_ARGUMENT, abi.E_DEVICE, -42):
+        spy.answers["ping"] = (rc, "no answer")
+        with pytest.raises(cuplug.BackendError, match=r"^ping: no answer$") as got:
+            cpu.info()
+        assert got.value.status == rc
+
+
+def test_a_host_result_is_pytorch_only_for_pytorch_inputs(b, monkeypatch):
+    """With PyTorch imported, a host array of another framework still gets a result of its own kind (here a
+    buffer-protocol array whose module sorts after "torch"): never a PyTorch tensor."""
+    fake_torch = type(sys)("torch")
+    fake_torch.empty = lambda *a, **k: pytest.fail("torch.empty asked for a result of a non-PyTorch input")
+    fake_torch.float32 = "float32"
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    zarr_like = type("Array", (array.array,), {"__module__": "zarr.core"})
+    x = zarr_like("f", [1, 2])
+    got = b.run("add", x, x)
+    assert type(got) is array.array and list(got) == [2, 4]
+
+
+def test_out_must_name_every_output(b):
+    x = np.ones(2, np.float32)
+    for out in ((), [], (np.ones(2, np.float32), np.ones(2, np.float32))):
+        with pytest.raises(cuplug.InvalidInputError, match=rf"^add has 1 output\(s\), out= gave {len(out)}$"):
+            b.run("add", x, x, out=out)
+
+
+def test_a_cuda_tensor_is_not_exported_to_the_host_or_another_gpu(gpu):
+    t = gpu.buffer(np.ones(2, np.float32))
+    for device in ((1, 0), (2, 1), (3, 0)):
+        with pytest.raises(
+            BufferError, match=rf"cannot export to device \({device[0]}, {device[1]}\); this tensor is on \(2, 0\)"
+        ):
+            t.__dlpack__(dl_device=device)
+    t.__dlpack__(dl_device=(2, 0))
+
+
+def test_a_consumer_on_the_instance_stream_waits_for_nothing(gpu, spy):
+    """A consumer's stream is its own int (a framework's handle), equal to the instance stream but not the same
+    object: no wait is recorded for a stream waiting on itself."""
+    t = gpu.buffer(np.ones(4, np.float32))
+    spy.log.clear()
+    t.__dlpack__(stream=int(str(STREAM)))
+    assert spy.entries("stream_wait") == []
+
+
+def test_an_empty_cuda_tensor_exports_no_address(gpu, spy):
+    """cudaMalloc(0) gives no address: an empty tensor's DLPack export and data_ptr say 0, not a made-up one."""
+    real = gpu._core.lib.lib.tensor
+
+    def tensor(*args):
+        rc = real(*args)
+        args[2]._obj.data = None
+        return rc
+
+    spy.answers["tensor"] = tensor
+    t = gpu.empty((3, 0))
+    assert t.data_ptr == 0 and not dlpack.Imported(t.__dlpack__()).tensor.data
+
+
+def test_only_a_ping_saying_cuda_makes_a_cuda_backend(b, spy):
+    for kind, device in (("cuda", (2, 0)), ("cpu", (1, 0)), ("rocm", (1, 0))):
+        with _over(b, spy, "12.4", device={"type": "".join(kind), "index": 0}, stream=STREAM) as be:
+            assert be.empty(2).device == device, kind

@@ -248,6 +248,14 @@ def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> bo
     return True
 
 
+def _extents(dims: Any, name: str, source: str) -> tuple[int, ...]:
+    """A producer's shape; a negative extent (a broken or hostile producer) is refused before any use."""
+    shape = tuple(int(d) for d in dims)
+    if any(d < 0 for d in shape):
+        raise InvalidInputError(f"{name}: {source} gives the shape {list(shape)}, with a negative extent")
+    return shape
+
+
 def _not_contiguous(name: str) -> InvalidInputError:
     return InvalidInputError(
         f"{name} is not C-contiguous; pass a contiguous copy (x.contiguous() in PyTorch, np.ascontiguousarray(x))"
@@ -305,7 +313,7 @@ def _from_dlpack_capsule(obj: Any, capsule: Any, name: str, writable: bool) -> _
             f"{name}: DLPack dtype (code {t.dtype.code}, {t.dtype.bits} bits, {t.dtype.lanes} lanes) is not a dtype "
             f"cuplug knows ({', '.join(dtypes.BY_NAME)})"
         )
-    shape = tuple(t.shape[i] for i in range(t.ndim))
+    shape = _extents((t.shape[i] for i in range(t.ndim)), name, "DLPack")
     strides = tuple(t.strides[i] for i in range(t.ndim)) if t.strides else None
     if not _c_contiguous(shape, strides):
         raise _not_contiguous(name)
@@ -327,7 +335,7 @@ def _from_cai(obj: Any, name: str, writable: bool, device: int) -> _Arg:
     ptr, read_only = cai["data"]
     if writable and read_only:
         raise InvalidInputError(f"{name}: the producer marks this array read-only")
-    shape = tuple(int(s) for s in cai["shape"])
+    shape = _extents(cai["shape"], name, "__cuda_array_interface__")
     strides = cai.get("strides")
     if strides is not None and len(strides) != len(shape):
         raise InvalidInputError(

@@ -612,6 +612,20 @@ def test_a_cuda_array_is_read_in_place_on_its_device(gpu, spy):
     assert outputs[0]["data"] == r.data_ptr and outputs[0]["shape"] == [2, 3]
     gpu.run("sum", _CudaArray(shape=(0,), data=(None, False)))  # an empty array may have no pointer
     assert spy.entries("call")[-1][1][0]["data"] == 0
+    gpu.run("sum", _CudaArray(shape=(3, 300), strides=(1200, 4)))  # long rows: strides of big numbers, contiguous
+    assert spy.entries("call")[-1][1][0]["shape"] == [3, 300]
+
+
+def test_a_cuda_array_interface_stream_of_0_or_1_is_the_legacy_default_stream(gpu, spy):
+    """CAI v3 names the legacy default stream 1 (and calls 0 ambiguous): cuplug reads 0 as 1, as it reads a
+    stream=0 everywhere; the instance stream waits for it. A negative stream is no stream."""
+    spy.answers["call"] = 0
+    for stream in (0, 1):
+        spy.log.clear()
+        gpu.run("sum", _CudaArray(stream=stream))
+        assert spy.waits_around_the_call()[0] == [(0, 1)], stream
+    with pytest.raises(cuplug.InvalidInputError, match="stream -1 is no CUDA stream"):
+        gpu.run("sum", _CudaArray(stream=-1))
 
 
 @pytest.mark.parametrize(
@@ -1704,3 +1718,10 @@ def test_only_a_ping_saying_cuda_makes_a_cuda_backend(b, spy):
     for kind, device in (("cuda", (2, 0)), ("cpu", (1, 0)), ("rocm", (1, 0))):
         with _over(b, spy, "12.4", device={"type": "".join(kind), "index": 0}, stream=STREAM) as be:
             assert be.empty(2).device == device, kind
+
+
+def test_an_unknown_op_is_refused_naming_the_ops_there_are(b):
+    with pytest.raises(
+        cuplug.UnknownOpError, match=r"^unknown op 'nope'; this vector backend has add, scale_add, sum$"
+    ):
+        b.run("nope", np.ones(2, np.float32))

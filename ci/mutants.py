@@ -133,6 +133,11 @@ def _slug(module: str) -> str:
     return module.replace("/", "-").removesuffix(".py")
 
 
+def _made_from(work: Path, module: str) -> Path:
+    """Where the sha256 of the source a module's database was made from is kept (beside the database)."""
+    return work / f"{_slug(module)}.source-sha256"
+
+
 def _bin(site: Path) -> Path:
     """<venv>/lib/pythonX.Y/site-packages -> <venv>/bin."""
     return site.parents[2] / "bin"
@@ -154,7 +159,7 @@ def run_module(module: str, site: Path, work: Path, log: list[str], resume: bool
     stages = [t for t in MODULES[module] if any((ROOT / f.split("::")[0]).is_file() for f in t)]
     configs = [work / f"{_slug(module)}.stage{i}.toml" for i in range(len(stages))]
     db = work / f"{_slug(module)}.sqlite"
-    made_from = work / f"{_slug(module)}.source-sha256"  # the source the database's mutants were made from
+    made_from = _made_from(work, module)
     target = site / "cuplug" / module
     before = _digest(target)
     resumed = resume and db.is_file() and made_from.is_file() and made_from.read_text().strip() == before
@@ -431,13 +436,14 @@ def main(argv: list[str] | None = None) -> int:
         report([merged[m] for m in MODULES if m in merged], args.out, meta)
 
     if args.summarize:
+        earlier_runs = {str(r["module"]): r for r in kept_results()}
         for module in modules:
             db = args.work / f"{_slug(module)}.sqlite"
             if not db.is_file():
                 p.error(f"{db} does not exist: {module} was never run into {args.work}")
             result = summarize(module, db, (ROOT / "loader" / "cuplug" / module).read_text().splitlines())
-            made_from = args.work / f"{_slug(module)}.source-sha256"
-            earlier = next((r for r in kept_results() if r["module"] == module), {})
+            made_from = _made_from(args.work, module)
+            earlier = earlier_runs.get(module, {})
             # the run's own facts (time, baselines) stay when its database is summarized again
             result = {k: earlier[k] for k in RUN_FACTS if k in earlier} | result
             result["date"] = str(datetime.date.fromtimestamp(db.stat().st_mtime))

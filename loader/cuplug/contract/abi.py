@@ -29,6 +29,8 @@ E_WRONG_DEVICE = -8
 
 ATTR_INT64, ATTR_FLOAT64 = 0, 1
 
+MAX_NDIM = 32  # CUPLUG_MAX_NDIM of backends/common/cuplug_common.h: the most dimensions a tensor may have
+
 
 # Every entry point: (return type, argument types), by name (ABI_TYPES below). Data, so the build kit can
 # read the symbol list without ctypes, and the runtime binds a function when it is first used: a load()

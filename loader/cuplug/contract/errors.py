@@ -54,3 +54,21 @@ class ArtifactError(CuplugError):
     def __init__(self, message: str, code: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+SHOWN_CHARS = 120  # how much of a caller's value a message echoes: a 10 MB op name is cut, not copied
+
+
+def cut(text: str) -> str:
+    """``text`` as a message shows it: at most SHOWN_CHARS characters, saying how long it was."""
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[: SHOWN_CHARS - 20]}... ({len(text)} characters)"
+
+
+def shown(value: object) -> str:
+    """``repr(value)``, cut (a hostile ``__repr__`` is named, not raised)."""
+    try:
+        return cut(repr(value))
+    except Exception as exc:
+        return f"<{type(value).__name__} whose repr() failed: {type(exc).__name__}>"

@@ -37,8 +37,10 @@ from ..contract.errors import (
     InvalidInputError,
     OutOfMemoryError,
     UnknownOpError,
+    cut,
+    shown,
 )
-from . import signature
+from . import operands, signature
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -91,6 +93,32 @@ def _framework_stream(obj: Any, device: int) -> int | None:
     except Exception:  # a framework that cannot say: the caller orders by hand (documented)
         return None
     return None
+
+
+def _has(obj: Any, protocol: str) -> bool:
+    """Whether ``obj`` offers ``protocol``; a property that raises anything but AttributeError offers it
+    (broken): the importer then names what it raised, instead of hasattr() letting it out."""
+    try:
+        getattr(obj, protocol)
+    except AttributeError:
+        return False
+    except Exception:
+        return True
+    return True
+
+
+def _capsule(obj: Any, name: str, stream: int | None = None) -> Any:
+    """``obj.__dlpack__()`` (with ``stream`` for a device producer); whatever the producer raises becomes an
+    InvalidInputError naming the operand, with the producer's exception as its cause."""
+    try:
+        try:
+            return obj.__dlpack__() if stream is None else obj.__dlpack__(stream=stream)
+        except TypeError:
+            if stream is None:
+                raise
+            return obj.__dlpack__()  # a producer from before the stream keyword
+    except Exception as exc:
+        raise InvalidInputError(f"{name}: its __dlpack__() failed: {type(exc).__name__}: {cut(str(exc))}") from exc
 
 
 # ---- the instance behind a Backend and its tensors
@@ -186,13 +214,16 @@ class _Finalizer:
             _finalizers.remove(self)  # atomic: exactly one caller gets past it
         except KeyError:
             return None
-        return self._func(*self._args)
+        func, args = self._func, self._args
+        self._func, self._args = None, ()  # what it closed is let go now, not whenever gc finds this object
+        return func(*args)
 
     def detach(self) -> bool:
         try:
             _finalizers.remove(self)
         except KeyError:
             return False
+        self._func, self._args = None, ()
         return True
 
 
@@ -219,141 +250,9 @@ def _no_copy(self: Any, *args: Any) -> Any:
     )
 
 
-# ---- operands
+# ---- operands: see operands.py (every field a producer gives is bounded before use)
 
-
-class _Arg:
-    """One tensor argument as C sees it (``ct``), with what keeps its memory valid during the call."""
-
-    __slots__ = ("ct", "dtype", "host", "keep", "obj", "shape", "stream")
-
-    def __init__(self, ct: abi.CTensor, keep: Any, dt: dtypes.DType, shape: tuple[int, ...], host: bool, obj: Any):
-        self.ct = ct
-        self.keep = keep
-        self.dtype = dt
-        self.shape = shape
-        self.host = host
-        self.obj = obj
-        self.stream: int | None = None  # a producer stream that the launch must wait for (CAI v3)
-
-
-def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> bool:
-    if strides is None or 0 in shape:  # an empty tensor has no layout to get wrong
-        return True
-    expect = 1
-    for extent, stride in zip(reversed(shape), reversed(strides), strict=True):
-        if extent != 1 and stride != expect:
-            return False
-        expect *= extent
-    return True
-
-
-def _extents(dims: Any, name: str, source: str) -> tuple[int, ...]:
-    """A producer's shape; a negative extent (a broken or hostile producer) is refused before any use."""
-    shape = tuple(int(d) for d in dims)
-    if any(d < 0 for d in shape):
-        raise InvalidInputError(f"{name}: {source} gives the shape {list(shape)}, with a negative extent")
-    return shape
-
-
-def _not_contiguous(name: str) -> InvalidInputError:
-    return InvalidInputError(
-        f"{name} is not C-contiguous; pass a contiguous copy (x.contiguous() in PyTorch, np.ascontiguousarray(x))"
-    )
-
-
-def _ctensor(data: int, device: tuple[int, int], dt: dtypes.DType, shape: tuple[int, ...]) -> tuple[abi.CTensor, Any]:
-    shape_array = (ctypes.c_int64 * max(len(shape), 1))(*shape)
-    ct = abi.CTensor()
-    ct.data, ct.device_type, ct.device_id, ct.ndim = data, device[0], device[1], len(shape)
-    ct.dtype = abi.CDtype(dt.code, dt.bits, 1)
-    ct.shape = ctypes.cast(shape_array, ctypes.POINTER(ctypes.c_int64))
-    ct.strides = None
-    ct.byte_offset = 0
-    return ct, shape_array
-
-
-def _from_memoryview(obj: Any, name: str, writable: bool) -> _Arg:
-    view = memoryview(obj)
-    dt = dtypes.BY_FORMAT.get(view.format)
-    if dt is None or dt.itemsize != view.itemsize:
-        raise InvalidInputError(f"{name}: buffer format {view.format!r} is not a dtype cuplug knows")
-    if not view.c_contiguous:
-        raise _not_contiguous(name)
-    shape = tuple(view.shape or ()) if view.ndim else ()
-    if view.readonly and writable:
-        raise InvalidInputError(f"{name}: output array is read-only")
-    if view.nbytes == 0:
-        keep: Any = view
-        ptr = 0
-    elif not view.readonly:
-        keep = (ctypes.c_char * view.nbytes).from_buffer(view.cast("B"))
-        ptr = ctypes.addressof(keep)
-    else:
-        iface = getattr(obj, "__array_interface__", None)  # NumPy: its pointer, read-only or not
-        if isinstance(iface, dict) and iface.get("strides") is None:
-            keep, ptr = (view, obj), int(iface["data"][0])
-        else:  # another read-only exporter: a copy, the only way through ctypes
-            keep = ctypes.create_string_buffer(view.tobytes(), view.nbytes)
-            ptr = ctypes.addressof(keep)
-    ct, shape_array = _ctensor(ptr, (dtypes.DEVICE_CPU, 0), dt, shape)
-    return _Arg(ct, (keep, shape_array), dt, shape, True, obj)
-
-
-def _from_dlpack_capsule(obj: Any, capsule: Any, name: str, writable: bool) -> _Arg:
-    from . import dlpack  # capsules only when an operand has one: load() itself needs none
-
-    imported = dlpack.Imported(capsule)
-    t = imported.tensor
-    if writable and imported.read_only:
-        raise InvalidInputError(f"{name}: the producer marks this tensor read-only")
-    dt = dtypes.BY_DLPACK.get((t.dtype.code, t.dtype.bits))
-    if dt is None or t.dtype.lanes != 1:
-        raise InvalidInputError(
-            f"{name}: DLPack dtype (code {t.dtype.code}, {t.dtype.bits} bits, {t.dtype.lanes} lanes) is not a dtype "
-            f"cuplug knows ({', '.join(dtypes.BY_NAME)})"
-        )
-    shape = _extents((t.shape[i] for i in range(t.ndim)), name, "DLPack")
-    strides = tuple(t.strides[i] for i in range(t.ndim)) if t.strides else None
-    if not _c_contiguous(shape, strides):
-        raise _not_contiguous(name)
-    ct = abi.CTensor.from_buffer_copy(t)
-    ct.strides = None  # checked contiguous above
-    if t.data:  # the first element's address, so every consumer of ct (call, upload, download) agrees
-        ct.data, ct.byte_offset = t.data + t.byte_offset, 0
-    host = t.device_type in dtypes.HOST_DEVICES
-    return _Arg(ct, imported, dt, shape, host, obj)
-
-
-def _from_cai(obj: Any, name: str, writable: bool, device: int) -> _Arg:
-    cai = obj.__cuda_array_interface__
-    dt = dtypes.BY_TYPESTR.get(cai.get("typestr", ""))
-    if dt is None:
-        raise InvalidInputError(f"{name}: __cuda_array_interface__ typestr {cai.get('typestr')!r} is not supported")
-    if cai.get("mask") is not None:
-        raise InvalidInputError(f"{name}: masked arrays are not supported")
-    ptr, read_only = cai["data"]
-    if writable and read_only:
-        raise InvalidInputError(f"{name}: the producer marks this array read-only")
-    shape = _extents(cai["shape"], name, "__cuda_array_interface__")
-    strides = cai.get("strides")
-    if strides is not None and len(strides) != len(shape):
-        raise InvalidInputError(
-            f"{name}: __cuda_array_interface__ gives {len(strides)} strides for {len(shape)} dimensions"
-        )
-    if strides is not None and (
-        any(int(s) % dt.itemsize for s in strides)
-        or not _c_contiguous(shape, tuple(int(s) // dt.itemsize for s in strides))
-    ):
-        raise _not_contiguous(name)
-    # CAI names no device: the backend checks the pointer's device and context before any launch.
-    ct, shape_array = _ctensor(int(ptr or 0), (dtypes.DEVICE_CUDA, device), dt, shape)
-    arg = _Arg(ct, (shape_array, obj), dt, shape, False, obj)
-    if cai.get("stream") is not None:
-        arg.stream = int(cai["stream"])
-        if arg.stream < 0:
-            raise InvalidInputError(f"{name}: __cuda_array_interface__ stream {arg.stream} is no CUDA stream")
-    return arg
+_Arg = operands.Arg
 
 
 class Backend:
@@ -372,6 +271,8 @@ class Backend:
         device = info.get("device") or {}
         self.device_type = dtypes.DEVICE_CUDA if device.get("type", "cuda" if cuda else "cpu") == "cuda" else 1
         self.device_index = int(device.get("index") or 0)
+        total = device.get("memory_total")
+        self._device_bytes = total if operands.is_int(total) and total > 0 else None  # None: the host's
         self._core = _Core(library, handle, cuda, self.device_index, int(info.get("stream") or 0))
         _cores.add(self._core)
         self._finalizer = _Finalizer(self, _Core.close, self._core)
@@ -425,8 +326,14 @@ class Backend:
         return core.handle
 
     def _check(self, rc: int, what: str) -> None:
-        if rc >= 0:
+        if rc == abi.OK:
             return
+        if rc > 0:  # never success: backend.h defines 0 and negative statuses only (an unknown negative is an error)
+            raise BackendError(
+                f"{what}: the backend returned status {rc}, which the ABI does not define (0 or a negative status); "
+                f"its results are not trusted (a bug of the {self.name} backend: report it to its authors)",
+                rc,
+            )
         text = self._core.lib.last_error(self._core.handle or 0) or f"error {rc}"
         msg = text if text.startswith(f"{what}:") else f"{what}: {text}"
         if rc == abi.E_BAD_BUFFER:
@@ -461,37 +368,33 @@ class Backend:
     def _arg(self, obj: Any, name: str, writable: bool, handshake: int | None) -> _Arg:
         if isinstance(obj, Tensor):
             return obj._arg(self, name)
-        dev = getattr(obj, "__dlpack_device__", None)
-        if dev is not None and hasattr(obj, "__dlpack__"):
-            dev_type, dev_id = dev()
-            if int(dev_type) in dtypes.HOST_DEVICES:
+        if _has(obj, "__dlpack__") and _has(obj, "__dlpack_device__"):
+            dev_type, dev_id = operands.dlpack_device(obj, name)
+            if dev_type in dtypes.HOST_DEVICES:
                 try:  # the buffer protocol where the host array has it: no capsule, read-only arrays too
                     view = memoryview(obj)
                 except TypeError:
                     view = None
                 if view is not None and view.format in dtypes.BY_FORMAT:
-                    return _from_memoryview(obj, name, writable)
-                return _from_dlpack_capsule(obj, obj.__dlpack__(), name, writable)
-            if int(dev_type) != dtypes.DEVICE_CUDA:
-                raise InvalidInputError(f"{name}: DLPack device type {int(dev_type)} is neither the host nor CUDA")
+                    return operands.from_memoryview(obj, name, writable)
+                return operands.from_dlpack_capsule(obj, _capsule(obj, name), name, writable, (dev_type, dev_id))
+            if dev_type != dtypes.DEVICE_CUDA:
+                raise InvalidInputError(f"{name}: DLPack device type {dev_type} is neither the host nor CUDA")
             if self.device_type != dtypes.DEVICE_CUDA:
-                raise self._cuda_on_cpu(name, int(dev_id))
-            if int(dev_id) != self.device_index:
+                raise self._cuda_on_cpu(name, dev_id)
+            if dev_id != self.device_index:
                 raise InvalidInputError(
-                    f"{name} is on cuda:{int(dev_id)}, this backend on cuda:{self.device_index}: move it "
-                    f"(x.to('cuda:{self.device_index}')) or load a backend for that device (cuplug.load(device={int(dev_id)}))"
+                    f"{name} is on cuda:{dev_id}, this backend on cuda:{self.device_index}: move it "
+                    f"(x.to('cuda:{self.device_index}')) or load a backend for that device (cuplug.load(device={dev_id}))"
                 )
-            try:
-                capsule = obj.__dlpack__(stream=_c_stream(handshake or 0))
-            except TypeError:  # a producer from before the stream keyword
-                capsule = obj.__dlpack__()
-            return _from_dlpack_capsule(obj, capsule, name, writable)
-        if hasattr(obj, "__cuda_array_interface__"):
+            capsule = _capsule(obj, name, _c_stream(handshake or 0))
+            return operands.from_dlpack_capsule(obj, capsule, name, writable, (dev_type, dev_id))
+        if _has(obj, "__cuda_array_interface__"):
             if self.device_type != dtypes.DEVICE_CUDA:
                 raise self._cuda_on_cpu(name, None)
-            return _from_cai(obj, name, writable, self.device_index)
+            return operands.from_cai(obj, name, writable, self.device_index)
         try:
-            return _from_memoryview(obj, name, writable)
+            return operands.from_memoryview(obj, name, writable)
         except TypeError:
             raise InvalidInputError(
                 f"{name}: expected an array (the buffer protocol, __dlpack__ or __cuda_array_interface__), "
@@ -524,7 +427,7 @@ class Backend:
         sig = self.ops.get(op)
         if sig is None:
             listed = ", ".join(self.ops) or "none"
-            raise UnknownOpError(f"unknown op {op!r}; this {self.name} backend has {listed}")
+            raise UnknownOpError(f"unknown op {shown(op)}; this {self.name} backend has {listed}")
         handle = self._live_handle()
         launch = stream_handle(stream) if stream is not None else None  # None: the instance's stream
         handshake = launch if launch is not None else self._core.stream
@@ -543,6 +446,8 @@ class Backend:
             )
         resident = bool(args) and all(isinstance(x, Tensor) for x in inputs)
         owned: list[Tensor] = []
+        if out is None:
+            self._check_room(op, sig, out_specs, host and not resident)
         if out is not None:
             outs_given = list(out) if isinstance(out, (tuple, list)) else [out]
             if len(outs_given) != len(sig.outputs):
@@ -559,6 +464,7 @@ class Backend:
                     )
                 if a.host != host:
                     raise InvalidInputError(f"{op}: out {sig.outputs[i].name} must be on the same side as the inputs")
+            _refuse_overlap(sig, args, out_args)
         elif host and not resident:
             # made like the caller's own array, not like a resident tensor beside it (CPU backend)
             like = next((x for x in inputs if not isinstance(x, Tensor)), None)
@@ -629,6 +535,20 @@ class Backend:
         for s in waiters:
             self._check(self._core.lib.stream_wait(handle, _c_stream(s), 0), "stream order")
 
+    def _check_room(self, op: str, sig: signature.OpSignature, out_specs: list[Any], on_host: bool) -> None:
+        """Outputs about to be allocated fit the memory they are allocated in, checked before anything is:
+        an output sized by a huge attribute (or a lying input's shape) is an OutOfMemoryError naming it."""
+        room = _host_bytes() if on_host or self._device_bytes is None else self._device_bytes
+        for (dt, shape), o in zip(out_specs, sig.outputs, strict=True):
+            need = dt.itemsize * signature.numel(shape)  # Python integers: never an overflow
+            if need > room:
+                where = "this machine's memory" if on_host or self._device_bytes is None else "the device's memory"
+                raise OutOfMemoryError(
+                    f"{op}: output {o.name} would be {dt.name}{list(shape)} ({need} bytes), more than {where} "
+                    f"({room} bytes); pass smaller inputs or attributes, or out= arrays of your own",
+                    abi.E_OUT_OF_MEMORY,
+                )
+
     # ---- resident tensors
     def empty(self, shape: int | tuple[int, ...] | list[int], dtype: Any = "float32") -> Tensor:
         """A resident tensor (device memory on CUDA) of ``shape`` and ``dtype``; contents undefined."""
@@ -645,7 +565,10 @@ class Backend:
         core = self._core
         with core.lock:
             rc = core.lib.alloc(self._live_handle(), abi.CDtype(dt.code, dt.bits, 1), len(dims), c_shape)
-            self._check(rc, "alloc")
+            if rc < 0:
+                self._check(rc, "alloc")
+            if rc == 0:
+                raise BackendError("alloc: the backend returned 0, which is no tensor id (a bug of the backend)", rc)
             t = Tensor(self, int(rc), dims, dt)
             t._own()
         return t
@@ -664,6 +587,49 @@ class Backend:
         """Waits for the work queued on the instance's stream."""
         with self._core.lock:
             self._check(self._core.lib.sync(self._live_handle()), "sync")
+
+
+class _Device:
+    """A consumer's ``dl_device`` in the shape ``operands.dlpack_device`` reads."""
+
+    __slots__ = ("pair",)
+
+    def __init__(self, pair: Any) -> None:
+        self.pair = pair
+
+    def __dlpack_device__(self) -> Any:
+        return self.pair
+
+
+def _host_bytes() -> int:
+    """The machine's physical memory: no host result cuplug allocates can be larger."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return operands.ADDRESS_END
+
+
+def _refuse_overlap(sig: signature.OpSignature, args: list[_Arg], out_args: list[_Arg]) -> None:
+    """An out= array may not share memory with an input or another output: the op would read what it has
+    already written. The one exception: an elementwise op writing exactly over an input of its own dtype
+    and shape (in place, element i read before it is written), as ``run("add", x, y, out=x)``."""
+    for k, o in enumerate(out_args):
+        if not o.nbytes:
+            continue
+        others = [(sig.inputs[i].name if i < len(sig.inputs) else str(i), a, True) for i, a in enumerate(args)]
+        others += [(sig.outputs[j].name, a, False) for j, a in enumerate(out_args) if j != k]
+        for label, a, is_input in others:
+            if not a.nbytes or a.addr >= o.addr + o.nbytes or o.addr >= a.addr + a.nbytes:
+                continue
+            if is_input and sig.elementwise and (a.addr, a.nbytes, a.dtype, a.shape) == (o.addr, o.nbytes, o.dtype, o.shape):
+                continue
+            kind = "input" if is_input else "output"
+            how = "partly overlaps" if (a.addr, a.nbytes) != (o.addr, o.nbytes) else "is the same memory as"
+            exception = " (only an elementwise op may write exactly over one of its inputs)" if is_input and not sig.elementwise else ""
+            raise InvalidInputError(
+                f"{sig.name}: out {sig.outputs[k].name} {how} {kind} {label}{exception}; pass an out= array of "
+                "its own memory"
+            )
 
 
 def _reshaped(arg: _Arg, shape: tuple[int, ...]) -> _Arg:
@@ -796,8 +762,27 @@ class Tensor:
             core = self._core
             with core.lock:
                 self.backend._check(core.lib.tensor(self._handle(), self.id, ctypes.byref(desc)), "tensor")
+            self._check_descriptor(desc)
             self._desc = desc
         return self._desc
+
+    def _check_descriptor(self, desc: abi.CTensor) -> None:
+        """What the backend says of its own tensor is what was allocated (ndim read before the shape array)."""
+        said = (desc.dtype.code, desc.dtype.bits, desc.dtype.lanes, desc.ndim)
+        same = said == (self.dtype.code, self.dtype.bits, 1, len(self.shape)) and (bool(desc.shape) or not self.shape)
+        if same:
+            same = tuple(desc.shape[i] for i in range(desc.ndim)) == self.shape and not desc.strides
+        if same and self.nbytes:
+            try:
+                operands.check_span(int(desc.data or 0) + int(desc.byte_offset), self.nbytes, "tensor", "the backend")
+            except InvalidInputError:
+                same = False
+        if not same:
+            raise BackendError(
+                f"tensor: the backend describes tensor {self.id:#x} otherwise than it was allocated "
+                f"({self.dtype.name}{list(self.shape)}); a bug of the {self.backend.name} backend",
+                abi.E_INVALID_ARGUMENT,
+            )
 
     def _arg(self, backend: Backend, name: str) -> _Arg:
         if backend is not self.backend:
@@ -805,7 +790,7 @@ class Tensor:
         self._handle()
         d = self._descriptor()
         ct = abi.CTensor.from_buffer_copy(d)
-        arg = _Arg(ct, self, self.dtype, self.shape, self.backend.device_type != dtypes.DEVICE_CUDA, self)
+        arg = _Arg(ct, self, self.dtype, self.shape, self.backend.device_type != dtypes.DEVICE_CUDA, self, self.nbytes)
         arg.stream = self._core.stream  # every write of a tensor is ordered on the instance stream (run())
         return arg
 
@@ -870,26 +855,30 @@ class Tensor:
     def __dlpack__(
         self, *, stream: Any = None, max_version: tuple[int, int] | None = None, dl_device: Any = None, copy: Any = None
     ) -> Any:
+        from . import dlpack
+
+        versioned = dlpack.wants_versioned(max_version)  # every argument checked before anything is done
         if copy:
             raise BufferError("cuplug tensors export without a copy only (copy=True is not supported)")
-        if dl_device is not None and tuple(dl_device) != self.device:
-            raise BufferError(f"cuplug cannot export to device {tuple(dl_device)}; this tensor is on {self.device}")
+        if dl_device is not None and operands.dlpack_device(_Device(dl_device), "__dlpack__ dl_device") != self.device:
+            raise BufferError(f"cuplug cannot export to device {shown(dl_device)}; this tensor is on {self.device}")
+        if stream is not None:
+            given, stream = stream, operands.as_index(stream)
+            if stream is None:
+                raise InvalidInputError(f"__dlpack__: stream must be None or an integer, got {shown(given)}")
         desc = self._descriptor()
         self._handle()
-        if stream is not None and int(stream) < -1:
+        if stream is not None and stream < -1:
             raise BufferError(f"stream {stream} is no CUDA stream (DLPack: None, -1, 1, 2 or a stream handle)")
         if self.backend.device_type == dtypes.DEVICE_CUDA and stream != -1:
             # The consumer's stream (None: the legacy default stream) waits for the work that wrote us.
             # Every write of a tensor is ordered on the instance stream (run()), so that is what it waits for.
-            waiter = _c_stream(_CUDA_LEGACY_STREAM if stream is None else int(stream))
+            waiter = _c_stream(_CUDA_LEGACY_STREAM if stream is None else stream)
             core = self._core
             if waiter != _c_stream(core.stream):
                 with core.lock:
                     self.backend._check(core.lib.stream_wait(self._handle(), waiter, 0), "__dlpack__")
         self._exported = True
-        versioned = max_version is not None and tuple(max_version) >= (1, 0)
-        from . import dlpack
-
         return dlpack.export(self, int(desc.data or 0), self.device, desc.dtype, self.shape, versioned)
 
     @property

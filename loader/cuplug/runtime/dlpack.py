@@ -21,6 +21,7 @@ import ctypes
 import os
 
 from ..contract import abi
+from ..contract.errors import InvalidInputError, shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -30,6 +31,8 @@ FLAG_READ_ONLY = 1  # bit 0 of DLPack 1.0's flags: a versioned tensor that must 
 
 _LEGACY = b"dltensor"
 _VERSIONED = b"dltensor_versioned"
+_CONSUMED = (b"used_dltensor", b"used_dltensor_versioned")  # the names a consumer gives a capsule it took
+DLPACK_MAJOR = 1  # a versioned capsule of another major has another layout: refused, never read
 _DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
@@ -60,6 +63,8 @@ _obj_api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _obj_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
 _obj_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _obj_api.PyCapsule_New.restype = ctypes.py_object
+_obj_api.PyCapsule_GetName.restype = ctypes.c_char_p
+_obj_api.PyCapsule_GetName.argtypes = [ctypes.py_object]
 _obj_api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 _raw_api.PyCapsule_IsValid.restype = ctypes.c_int
 _raw_api.PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
@@ -69,21 +74,37 @@ _raw_api.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 
 class Imported:
     """A producer's tensor, read in place: ``tensor`` (the DLTensor, a view into the producer's memory),
-    ``read_only``; valid while this object (which holds the capsule) lives."""
+    ``read_only``; valid while this object (which holds the capsule) lives. Anything but a live DLPack
+    capsule of a layout this reader knows is an InvalidInputError naming ``name``; the tensor's own
+    fields are checked by ``operands``."""
 
     __slots__ = ("capsule", "read_only", "tensor")
 
-    def __init__(self, capsule: Any) -> None:
+    def __init__(self, capsule: Any, name: str = "operand") -> None:
         self.capsule = capsule
+        if type(capsule).__name__ != "PyCapsule":  # PyCapsule_IsValid would take any object and say no
+            raise InvalidInputError(
+                f"{name}: __dlpack__() returned a {type(capsule).__name__}, not a DLPack capsule"
+            )
         if _obj_api.PyCapsule_IsValid(capsule, _VERSIONED):
             managed = DLManagedTensorVersioned.from_address(_obj_api.PyCapsule_GetPointer(capsule, _VERSIONED))
+            version = (managed.version.major, managed.version.minor)
+            if version[0] != DLPACK_MAJOR:  # another major has another layout: no field of it is read
+                raise InvalidInputError(
+                    f"{name}: its DLPack capsule is version {version[0]}.{version[1]}; cuplug reads {DLPACK_MAJOR}.x"
+                )
             self.tensor = managed.dl_tensor
             self.read_only = bool(managed.flags & FLAG_READ_ONLY)
         elif _obj_api.PyCapsule_IsValid(capsule, _LEGACY):
             self.tensor = DLManagedTensor.from_address(_obj_api.PyCapsule_GetPointer(capsule, _LEGACY)).dl_tensor
             self.read_only = False
         else:
-            raise TypeError("__dlpack__() did not return a DLPack capsule (or it was already consumed)")
+            label = _obj_api.PyCapsule_GetName(capsule)
+            if label in _CONSUMED:
+                raise InvalidInputError(f"{name}: its DLPack capsule was already consumed ({label.decode()!r})")
+            raise InvalidInputError(
+                f"{name}: __dlpack__() returned a capsule named {shown(label)}, not 'dltensor' or 'dltensor_versioned'"
+            )
 
 
 # ---- export
@@ -162,6 +183,20 @@ def export(
     return _obj_api.PyCapsule_New(
         ctx, _VERSIONED if versioned else _LEGACY, ctypes.cast(_capsule_gone, ctypes.c_void_p)
     )
+
+
+def wants_versioned(max_version: Any) -> bool:
+    """A consumer's ``max_version``: None (a legacy capsule) or a (major, minor) pair of integers; a
+    versioned capsule when it reaches 1.0. Anything else is the consumer's mistake, said in words."""
+    if max_version is None:
+        return False
+    if (
+        not isinstance(max_version, tuple)
+        or len(max_version) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in max_version)
+    ):
+        raise InvalidInputError(f"__dlpack__: max_version must be None or a (major, minor) pair, got {shown(max_version)}")
+    return max_version >= (1, 0)
 
 
 def live_exports() -> int:

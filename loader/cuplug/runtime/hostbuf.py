@@ -31,7 +31,7 @@ class HostBuffer:
         return (dtypes.DEVICE_CPU, 0)
 
     def __dlpack__(self, stream: Any = None, max_version: Any = None, **_: Any) -> Any:
-        versioned = max_version is not None and tuple(max_version) >= (1, 0)
+        versioned = dlpack.wants_versioned(max_version)
         return dlpack.export(
             self,
             ctypes.addressof(self.raw),

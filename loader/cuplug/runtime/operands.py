@@ -1,0 +1,361 @@
+"""Operand import: the buffer protocol, DLPack and ``__cuda_array_interface__``, read in place.
+
+Everything a producer says is a claim until it is checked, and it is checked before it is used:
+the number of dimensions before the shape array is read, every extent and the byte size with
+Python integers (no overflow), the address range against the user address space, versions and
+types of every field. A lie ends in an :class:`InvalidInputError` naming the operand and the field;
+nothing reaches C that C could not use safely. The pointer of a buffer is the one its export gave
+(``PyObject_GetBuffer`` of that very export), never an attribute of the object beside it.
+
+What cannot be checked without reading the memory: that a producer owns the bytes it names. A
+DLPack or CAI producer that names memory it does not own is believed, as every consumer of these
+protocols believes it (docs/abi-v2.md, "Operands").
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+from ..contract import abi, dtypes
+from ..contract.errors import InvalidInputError, cut, shown
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+# No 64-bit Linux maps user memory at or above 2^56 (x86-64 with 5-level paging ends there, aarch64 at
+# 2^52), nor does CUDA's unified address space: an operand reaching past it is a lie, not memory.
+ADDRESS_END = 1 << 56
+CAI_VERSIONS = range(4)  # __cuda_array_interface__ versions 0..3
+
+
+class Arg:
+    """One tensor argument as C sees it (``ct``), with what keeps its memory valid during the call."""
+
+    __slots__ = ("addr", "ct", "dtype", "host", "keep", "nbytes", "obj", "shape", "stream")
+
+    def __init__(
+        self, ct: abi.CTensor, keep: Any, dt: dtypes.DType, shape: tuple[int, ...], host: bool, obj: Any, nbytes: int
+    ) -> None:
+        self.ct = ct
+        self.keep = keep
+        self.dtype = dt
+        self.shape = shape
+        self.host = host
+        self.obj = obj
+        self.nbytes = nbytes
+        self.addr = int(ct.data or 0) + int(ct.byte_offset)  # the first element's address
+        self.stream: int | None = None  # a producer stream that the launch must wait for (CAI v3)
+
+
+def is_int(value: object) -> bool:
+    """An integer that is not a bool (``True`` is no extent, no pointer and no stream)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def as_index(value: object) -> int | None:
+    """An integer (``operator.index``: NumPy's too) that is not a bool, or None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return value.__index__()  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):
+        return None
+
+
+def c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> bool:
+    if strides is None or 0 in shape:  # an empty tensor has no layout to get wrong
+        return True
+    expect = 1
+    for extent, stride in zip(reversed(shape), reversed(strides), strict=True):
+        if extent != 1 and stride != expect:
+            return False
+        expect *= extent
+    return True
+
+
+def not_contiguous(name: str) -> InvalidInputError:
+    return InvalidInputError(
+        f"{name} is not C-contiguous; pass a contiguous copy (x.contiguous() in PyTorch, np.ascontiguousarray(x))"
+    )
+
+
+def extents(dims: Any, name: str, source: str) -> tuple[int, ...]:
+    """A producer's shape: a sequence of at most MAX_NDIM non-negative integers (bools are not)."""
+    try:
+        shape = tuple(dims)
+    except TypeError:
+        raise InvalidInputError(f"{name}: {source} gives the shape {shown(dims)}, which is not a sequence") from None
+    if len(shape) > abi.MAX_NDIM:
+        raise InvalidInputError(f"{name}: {source} gives {len(shape)} dimensions; cuplug takes at most {abi.MAX_NDIM}")
+    if not all(is_int(d) for d in shape):
+        raise InvalidInputError(f"{name}: {source} gives the shape {shown(shape)}, whose extents are not all integers")
+    if any(d < 0 for d in shape):
+        raise InvalidInputError(f"{name}: {source} gives the shape {list(shape)}, with a negative extent")
+    return shape
+
+
+def byte_size(shape: tuple[int, ...], itemsize: int, name: str, source: str) -> int:
+    """numel * itemsize in Python integers; a size no address space holds is refused."""
+    n = itemsize
+    for d in shape:
+        n *= d
+    if n >= ADDRESS_END:
+        raise InvalidInputError(
+            f"{name}: {source} claims {list(shape)} elements of {itemsize} bytes ({n} bytes), more than any "
+            "address space holds: the producer's shape is wrong"
+        )
+    return n
+
+
+def check_span(addr: int, nbytes: int, name: str, source: str) -> None:
+    """The first element's address and the bytes after it: inside the user address space, never NULL when
+    there is anything to read."""
+    if not 0 <= addr < ADDRESS_END or addr + nbytes > ADDRESS_END:
+        raise InvalidInputError(
+            f"{name}: {source} names the address {addr:#x} (+{nbytes} bytes), outside any process's memory"
+        )
+    if addr == 0 and nbytes:
+        raise InvalidInputError(f"{name}: {source} gives a NULL data pointer for {nbytes} bytes")
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_msync = _libc.msync
+_msync.argtypes, _msync.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
+_MS_ASYNC = 1  # a no-op on Linux since 2.6.19 but for its check: ENOMEM where any page is unmapped
+_ENOMEM = 12
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def check_mapped(addr: int, nbytes: int, name: str, source: str) -> None:
+    """Host memory a producer names (a DLPack capsule's): every page of it mapped in this process, so a
+    lying shape or pointer is an error here instead of a segfault in C. One system call, whatever the size
+    (the kernel walks its mappings, not the pages)."""
+    if nbytes == 0:
+        return
+    start = addr & ~(_PAGE - 1)
+    if _msync(start, addr + nbytes - start, _MS_ASYNC) != 0 and ctypes.get_errno() == _ENOMEM:
+        raise InvalidInputError(
+            f"{name}: {source} names {nbytes} bytes at {addr:#x}, which are not (all) memory of this process: "
+            "the producer's pointer, offset or shape is wrong"
+        )
+
+
+def ctensor(
+    data: int, device: tuple[int, int], dt: dtypes.DType, shape: tuple[int, ...]
+) -> tuple[abi.CTensor, Any]:
+    shape_array = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+    ct = abi.CTensor()
+    ct.data, ct.device_type, ct.device_id, ct.ndim = data, device[0], device[1], len(shape)
+    ct.dtype = abi.CDtype(dt.code, dt.bits, 1)
+    ct.shape = ctypes.cast(shape_array, ctypes.POINTER(ctypes.c_int64))
+    ct.strides = None
+    ct.byte_offset = 0
+    return ct, shape_array
+
+
+# ---- the buffer protocol
+
+
+class _PyBuffer(ctypes.Structure):
+    """CPython's Py_buffer (stable ABI since 3.11): what an export hands out, its pointer included."""
+
+    _fields_ = [
+        ("buf", ctypes.c_void_p),
+        ("obj", ctypes.c_void_p),
+        ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t),
+        ("readonly", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("format", ctypes.c_char_p),
+        ("shape", ctypes.c_void_p),
+        ("strides", ctypes.c_void_p),
+        ("suboffsets", ctypes.c_void_p),
+        ("internal", ctypes.c_void_p),
+    ]
+
+
+_get_buffer = ctypes.pythonapi.PyObject_GetBuffer
+_get_buffer.argtypes, _get_buffer.restype = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int], ctypes.c_int
+_release_buffer = ctypes.pythonapi.PyBuffer_Release
+_release_buffer.argtypes, _release_buffer.restype = [ctypes.POINTER(_PyBuffer)], None
+_PYBUF_SIMPLE, _PYBUF_WRITABLE = 0, 1
+
+
+class _Export:
+    """One buffer export of a memoryview (itself one export of the operand): its pointer is the bytes the
+    operand exported, read-only or not. Released when the call has let go of the operand."""
+
+    __slots__ = ("pb", "view")
+
+    def __init__(self, view: memoryview, writable: bool) -> None:
+        self.view = view
+        pb = _PyBuffer()
+        _get_buffer(view, ctypes.byref(pb), _PYBUF_WRITABLE if writable else _PYBUF_SIMPLE)  # raises on failure
+        self.pb = pb
+
+    @property
+    def pointer(self) -> int:
+        return int(self.pb.buf or 0)
+
+    def __del__(self) -> None:
+        pb, self.pb = getattr(self, "pb", None), None
+        if pb is not None and _release_buffer is not None:  # None: the interpreter is tearing the module down
+            _release_buffer(ctypes.byref(pb))
+
+
+def from_memoryview(obj: Any, name: str, writable: bool) -> Arg:
+    """A buffer-protocol operand; TypeError (for the caller to word) when ``obj`` exports no buffer."""
+    view = memoryview(obj)
+    dt = dtypes.BY_FORMAT.get(view.format)
+    if dt is None or dt.itemsize != view.itemsize:
+        raise InvalidInputError(f"{name}: buffer format {shown(view.format)} is not a dtype cuplug knows")
+    if not view.c_contiguous:
+        raise not_contiguous(name)
+    if view.readonly and writable:
+        raise InvalidInputError(f"{name}: output array is read-only")
+    shape = tuple(view.shape or ()) if view.ndim else ()
+    nbytes = view.nbytes
+    if nbytes == 0:
+        keep: Any = view
+        ptr = 0
+    else:
+        try:
+            keep = _Export(view, writable)
+        except BufferError as exc:  # the exporter refused a second look at its own bytes
+            raise InvalidInputError(f"{name}: its buffer export failed: {exc}") from None
+        ptr = keep.pointer
+        check_span(ptr, nbytes, name, "its buffer")
+    ct, shape_array = ctensor(ptr, (dtypes.DEVICE_CPU, 0), dt, shape)
+    return Arg(ct, (keep, shape_array), dt, shape, True, obj, nbytes)
+
+
+# ---- DLPack
+
+
+def dlpack_device(obj: Any, name: str) -> tuple[int, int]:
+    """``__dlpack_device__()``, checked: a pair of integers."""
+    try:
+        dev = obj.__dlpack_device__()
+    except Exception as exc:
+        raise InvalidInputError(
+            f"{name}: __dlpack_device__() failed: {type(exc).__name__}: {cut(str(exc))}"
+        ) from None
+    try:
+        if isinstance(dev, (str, bytes)):
+            raise TypeError
+        dev_type, dev_id = dev
+        dev_type, dev_id = dev_type.__index__(), dev_id.__index__()  # DLDeviceType is an IntEnum in some producers
+    except (TypeError, ValueError, AttributeError):
+        dev_type = dev_id = -1
+    if not (0 <= dev_type < 1 << 31 and 0 <= dev_id < 1 << 31):
+        raise InvalidInputError(f"{name}: __dlpack_device__() gave {shown(dev)}, not a (device type, device id) pair")
+    return dev_type, dev_id
+
+
+def from_dlpack_capsule(
+    obj: Any, capsule: Any, name: str, writable: bool, device: tuple[int, int] | None = None
+) -> Arg:
+    """A DLPack operand; ``device``: what ``__dlpack_device__()`` said, which the capsule must repeat."""
+    from . import dlpack  # capsules only when an operand has one: load() itself needs none
+
+    imported = dlpack.Imported(capsule, name)
+    t = imported.tensor
+    if writable and imported.read_only:
+        raise InvalidInputError(f"{name}: the producer marks this tensor read-only")
+    dt = dtypes.BY_DLPACK.get((t.dtype.code, t.dtype.bits))
+    if dt is None or t.dtype.lanes != 1:
+        raise InvalidInputError(
+            f"{name}: DLPack dtype (code {t.dtype.code}, {t.dtype.bits} bits, {t.dtype.lanes} lanes) is not a dtype "
+            f"cuplug knows ({', '.join(dtypes.BY_NAME)})"
+        )
+    if t.device_type not in dtypes.HOST_DEVICES and t.device_type != dtypes.DEVICE_CUDA:
+        raise InvalidInputError(f"{name}: DLPack device type {t.device_type} is neither the host nor CUDA")
+    if device is not None and (t.device_type, t.device_id) != device:
+        raise InvalidInputError(
+            f"{name}: its capsule is on device {(t.device_type, t.device_id)}, __dlpack_device__() said {device}"
+        )
+    ndim = t.ndim
+    if not 0 <= ndim <= abi.MAX_NDIM:  # before the shape array is read: its length is ndim, as claimed
+        raise InvalidInputError(f"{name}: DLPack gives ndim {ndim}; cuplug takes 0 to {abi.MAX_NDIM} dimensions")
+    if ndim and not t.shape:
+        raise InvalidInputError(f"{name}: DLPack gives {ndim} dimensions and a NULL shape pointer")
+    shape = extents([t.shape[i] for i in range(ndim)], name, "DLPack")
+    nbytes = byte_size(shape, dt.itemsize, name, "DLPack")
+    strides = tuple(t.strides[i] for i in range(ndim)) if t.strides else None
+    if not c_contiguous(shape, strides):
+        raise not_contiguous(name)
+    base, offset = int(t.data or 0), int(t.byte_offset)
+    if base == 0 and offset:
+        raise InvalidInputError(f"{name}: DLPack gives a NULL data pointer with byte_offset {offset}")
+    check_span(base + offset, nbytes, name, "DLPack")
+    host = t.device_type in dtypes.HOST_DEVICES
+    if host:
+        check_mapped(base + offset, nbytes, name, "DLPack")
+    ct = abi.CTensor.from_buffer_copy(t)
+    ct.strides = None  # checked contiguous above
+    if base:  # the first element's address, so every consumer of ct (call, upload, download) agrees
+        ct.data, ct.byte_offset = base + offset, 0
+    return Arg(ct, imported, dt, shape, host, obj, nbytes)
+
+
+# ---- __cuda_array_interface__
+
+
+def _cai_field(cai: dict[str, Any], key: str, name: str, check: Any, want: str) -> Any:
+    value = cai.get(key)
+    if not check(value):
+        raise InvalidInputError(f"{name}: __cuda_array_interface__ {key!r} is {shown(value)}; it must be {want}")
+    return value
+
+
+def from_cai(obj: Any, name: str, writable: bool, device: int) -> Arg:
+    try:
+        cai = obj.__cuda_array_interface__
+    except Exception as exc:
+        raise InvalidInputError(
+            f"{name}: reading __cuda_array_interface__ failed: {type(exc).__name__}: {cut(str(exc))}"
+        ) from None
+    if not isinstance(cai, dict):
+        raise InvalidInputError(f"{name}: __cuda_array_interface__ is a {type(cai).__name__}, not a dict")
+    _cai_field(cai, "version", name, lambda v: is_int(v) and v in CAI_VERSIONS, "0, 1, 2 or 3")
+    typestr = _cai_field(cai, "typestr", name, lambda v: isinstance(v, str), "a type string such as '<f4'")
+    dt = dtypes.BY_TYPESTR.get(typestr)
+    if dt is None:
+        raise InvalidInputError(f"{name}: __cuda_array_interface__ typestr {shown(typestr)} is not supported")
+    if cai.get("mask") is not None:
+        raise InvalidInputError(f"{name}: masked arrays are not supported")
+    data = _cai_field(
+        cai,
+        "data",
+        name,
+        lambda v: isinstance(v, (tuple, list)) and len(v) == 2 and (v[0] is None or is_int(v[0])) and isinstance(v[1], bool),
+        "a (pointer, read-only flag) pair",
+    )
+    ptr, read_only = int(data[0] or 0), data[1]
+    if writable and read_only:
+        raise InvalidInputError(f"{name}: the producer marks this array read-only")
+    shape = extents(_cai_field(cai, "shape", name, lambda v: isinstance(v, (tuple, list)), "a tuple"), name, "__cuda_array_interface__")
+    nbytes = byte_size(shape, dt.itemsize, name, "__cuda_array_interface__")
+    check_span(ptr, nbytes, name, "__cuda_array_interface__")
+    strides = _cai_field(
+        cai, "strides", name, lambda v: v is None or (isinstance(v, (tuple, list)) and all(is_int(s) for s in v)),
+        "None or a tuple of integers",
+    )
+    if strides is not None and len(strides) != len(shape):
+        raise InvalidInputError(
+            f"{name}: __cuda_array_interface__ gives {len(strides)} strides for {len(shape)} dimensions"
+        )
+    if strides is not None and (
+        any(s % dt.itemsize for s in strides) or not c_contiguous(shape, tuple(s // dt.itemsize for s in strides))
+    ):
+        raise not_contiguous(name)
+    stream = _cai_field(cai, "stream", name, lambda v: v is None or is_int(v), "None or a stream handle")
+    if stream is not None and stream < 0:
+        raise InvalidInputError(f"{name}: __cuda_array_interface__ stream {stream} is no CUDA stream")
+    # CAI names no device: the backend checks the pointer's device and context before any launch.
+    ct, shape_array = ctensor(ptr, (dtypes.DEVICE_CUDA, device), dt, shape)
+    arg = Arg(ct, (shape_array, obj), dt, shape, False, obj, nbytes)
+    arg.stream = stream
+    return arg

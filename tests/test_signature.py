@@ -78,20 +78,41 @@ def test_like_inputs_take_their_models_dtypes_in_declaration_order():
     assert sig.sample_dtype(2) is I8 and sig.sample_dtype(4) is F32
 
 
-def test_a_like_that_points_forward_or_nowhere_lends_no_dtypes():
-    """Dtypes are only lent from an input declared before (the C check refuses any other like: "not before
-    it"); a like past the end or negative never means "the last input", as a Python index would."""
-    sig = op(
-        {
-            "inputs": [
-                {"name": "a", "like": 3},
-                {"name": "c", "like": -1},
-                {"name": "d", "like": 9},
-                {"name": "b", "dtypes": ["float32"]},
-            ]
-        }
-    )
-    assert [i.dtypes for i in sig.inputs] == [(), (), (), (F32,)]
+@pytest.mark.parametrize("like", [1, 2, -1, 9], ids=["itself", "forward", "negative", "past"])
+def test_a_like_that_points_at_itself_forward_or_nowhere_refuses_the_table(like):
+    """Dtypes and shapes are only taken from an input declared before (the C check refuses any other like:
+    "not before it"): a table pointing at itself, forward, past the end or at a negative index (never "the last
+    input", as a Python index would be) is refused when it is read, naming the op and the input."""
+    with pytest.raises(ValueError, match=rf"^op 'f': malformed signature \(input b \(like\) names input {like}; the op has 3"):
+        op({"inputs": [{"name": "a", "dtypes": ["float32"]}, {"name": "b", "like": like}, {"name": "c", "like": 0}]})
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [
+        ({"inputs": [], "outputs": [{"name": "o"}]}, "output o's dtype names input 0; the op has 0 input(s)"),
+        ({"outputs": [{"name": "o", "dtype": {"like": 2}}]}, "output o's dtype names input 2; the op has 1 input(s)"),
+        ({"outputs": [{"name": "o", "dtype": {"accum_of": -1}}]}, "output o's dtype names input -1"),
+        ({"outputs": [{"name": "o", "dtype": {"fixed": "float7"}}]}, "output o has the dtype 'float7', which this"),
+        ({"outputs": [{"name": "o", "shape": {"like": 1}}]}, "output o's shape names input 1; the op has 1 input"),
+        ({"outputs": [{"name": "o", "shape": {"blocks_of": 5, "attr": "n"}}], "attrs": [{"name": "n", "kind": "int64"}]},
+         "output o's shape names input 5"),
+        ({"outputs": [{"name": "o", "shape": {"blocks_of": 0}}]}, "output o's shape counts blocks of input 0 but names"),
+        ({"outputs": [{"name": "o", "shape": {"attr": "bins"}}]}, "output o's shape is sized by attribute 'bins', which"),
+        ({"size_rules": [{"input": 3, "min": 1}]}, "a size rule names input 3; the op has 1 input(s)"),
+        ({"size_rules": [{"input": 0, "min": -2}]}, "a size rule of input 0 has a negative bound"),
+        ({"attrs": [{"name": "a"}, {"name": "a"}]}, "attribute names repeat: ['a', 'a']"),
+        ({"attrs": [{"name": "a", "default": "nan"}]}, "attribute a has the default nan, not a finite number"),
+        ({"inputs": [{"name": "x", "dtypes": ["float32"], "shape": {"like": 4}}]}, "input x's shape names input 4"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_a_table_pointing_at_what_is_not_there_is_refused_when_read(spec, why):
+    """An op table whose rules name inputs, attributes or dtypes that do not exist fails once, when the ping is
+    read (the loader rejects that backend with the reason), never at every call with an IndexError/KeyError."""
+    full = {"inputs": [{"name": "x", "dtypes": ["float32"]}], "outputs": [{"name": "out"}], **spec}
+    with pytest.raises(ValueError, match=r"^op 'f': malformed signature \(" + re.escape(why)):
+        op(full)
 
 
 def test_dtypes_this_loader_does_not_know_are_ignored():
@@ -242,15 +263,6 @@ def test_an_input_like_a_later_model_than_the_first_is_checked_against_it():
         sig.check_inputs([(F32, (4,)), (I32, (7,)), (I32, (4,))])
 
 
-@pytest.mark.parametrize("like", [-1, 2, 9])
-def test_an_input_like_no_input_of_the_call_is_refused_not_a_crash(like):
-    """A like past the inputs (or negative) has nothing to match: the call is refused, never an IndexError and
-    never a match against the last input."""
-    sig = op({"inputs": [{"name": "x", "dtypes": ["float32"]}, {"name": "y", "like": like}]})
-    with pytest.raises(InvalidInputError, match=r"^f: y \(input 1\) is float32; it takes no dtype this cuplug knows$"):
-        sig.check_inputs([(F32, (2,)), (F32, (2,))])
-
-
 # ---- size rules: multiple_of / min / max on an input's element count (0: no such bound)
 
 
@@ -320,23 +332,16 @@ def test_a_rule_on_a_later_input_checks_that_input():
         call(sig, 1, 4)
 
 
-def test_a_rule_on_an_input_the_op_lacks_is_left_to_the_backend_and_the_others_still_hold():
-    """A rule naming input 2 of 2 (or -1) cannot be checked here; the backend's C check refuses such a call
-    naming the rule. The loader neither crashes on it nor skips the rules after it."""
-    sig = op(
-        {
+def test_a_size_rule_on_an_input_the_op_lacks_refuses_the_table():
+    """A rule naming input 2 of 2 (or 9, or -1) could never be checked: the table is refused when it is read,
+    naming the rule, instead of every call skipping it (or a Python index meaning the last input)."""
+    for bad in (2, 9, -1):
+        spec = {
             "inputs": [{"name": "x", "dtypes": ["float32"]}, {"name": "y", "dtypes": ["int32"]}],
-            "size_rules": [
-                {"input": 2, "min": 1},
-                {"input": 9, "min": 1},
-                {"input": -1, "min": 100},
-                {"input": 0, "min": 4},
-            ],
+            "size_rules": [{"input": 0, "min": 4}, {"input": bad, "min": 1}],
         }
-    )
-    call(sig, 4, 1)
-    with refused("f: x has 2 elements; it must have at least 4"):
-        call(sig, 2, 1)
+        with pytest.raises(ValueError, match=rf"a size rule names input {bad}; the op has 2 input\(s\)"):
+            op(spec)
 
 
 # ---- shapes that follow from other inputs and attributes
@@ -370,15 +375,11 @@ def test_a_block_size_must_be_positive():
             sig.check_inputs([(I8, (300,)), (F32, (1,))], sig.attr_values({"blocksize": bad}))
 
 
-def test_a_block_rule_naming_an_attribute_the_op_lacks_is_refused():
-    """No block size to divide by: refused before C, never a division by zero, and the message says the
-    backend's declaration is wrong (not that the caller passed 0)."""
-    spec = {**DEQUANTIZE, "attrs": []}
-    with refused(
-        "dequantize: its signature sizes a shape by attribute 'blocksize', which the op does not declare "
-        "(a bug of the backend: report it to its authors)"
-    ):
-        op(spec, "dequantize").check_inputs([(I8, (300,)), (F32, (2,))])
+def test_a_block_rule_naming_an_attribute_the_op_lacks_refuses_the_table():
+    """No block size to divide by: the backend's declaration is wrong, and the table is refused when it is
+    read (the loader rejects that backend with this reason), never a division by zero at a call."""
+    with pytest.raises(ValueError, match="input absmax's shape is sized by attribute 'blocksize', which the op"):
+        op({**DEQUANTIZE, "attrs": []}, "dequantize")
 
 
 def test_an_input_shape_rule_that_names_nothing_is_like_input_0():
@@ -437,14 +438,10 @@ def test_output_rules_give_each_outputs_dtype_and_shape():
     assert sig.output_specs(SPECS, sig.attr_values({"block": 6, "n": 0}))[3:] == [(I8, (1,)), (F64, (0,))]
 
 
-def test_an_output_sized_by_an_attribute_the_op_lacks_is_refused():
-    """The backend's declaration is wrong: the call is refused saying so, never an output of a made-up size."""
-    sig = op({"inputs": [], "outputs": [{"name": "out", "dtype": {"fixed": "int64"}, "shape": {"attr": "n"}}]})
-    with refused(
-        "f: its signature sizes a shape by attribute 'n', which the op does not declare "
-        "(a bug of the backend: report it to its authors)"
-    ):
-        sig.output_specs([], sig.attr_values({}))
+def test_an_output_sized_by_an_attribute_the_op_lacks_refuses_the_table():
+    """The backend's declaration is wrong: refused when read, never an output of a made-up size."""
+    with pytest.raises(ValueError, match="output out's shape is sized by attribute 'n', which the op does not"):
+        op({"inputs": [], "outputs": [{"name": "out", "dtype": {"fixed": "int64"}, "shape": {"attr": "n"}}]})
 
 
 def test_an_output_sized_by_a_negative_attribute_is_refused():

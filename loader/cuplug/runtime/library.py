@@ -37,9 +37,16 @@ def _plain(name: str) -> bool:
     return all(t is None or t in _PLAIN_TYPES for t in (restype, *argtypes))
 
 
+MAX_ERROR_BYTES = 64 << 10  # an error message beyond this is a broken backend: cut, never allocated
+
+
 def _read_text(fn: object, *args: object) -> str:
+    """A backend's message: the length it reports is a claim, bounded before anything is allocated for it."""
     buf = ctypes.create_string_buffer(4096)
     need = fn(*args, buf, len(buf))  # type: ignore[operator]
+    if need > MAX_ERROR_BYTES:
+        text = buf.value.decode("utf-8", "replace")
+        return f"{text} [the backend claims a {need}-byte message; cut at {len(text)} bytes]"
     if need >= len(buf):
         buf = ctypes.create_string_buffer(need + 1)
         fn(*args, buf, len(buf))  # type: ignore[operator]

@@ -8,7 +8,7 @@ them, so results are allocated here, never guessed.
 from __future__ import annotations
 
 from ..contract import dtypes
-from ..contract.errors import InvalidInputError
+from ..contract.errors import InvalidInputError, cut, shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -89,6 +89,52 @@ class OpSignature:
         for i, inp in enumerate(self.inputs):  # "like" inputs take their model's dtypes
             if inp.like is not None and not inp.dtypes and 0 <= inp.like < i:
                 inp.dtypes = self.inputs[inp.like].dtypes
+        self._validate()
+
+    def _validate(self) -> None:
+        """Every index and name a rule uses exists, once, at load: a backend whose table points at an input,
+        attribute or dtype that is not there is refused with this reason instead of failing every call."""
+        n_in = len(self.inputs)
+        attrs = [a.name for a in self.attrs]
+        if len(set(attrs)) != len(attrs):
+            raise ValueError(f"attribute names repeat: {attrs}")
+        for a in self.attrs:
+            if a.default != a.default or a.default in (float("inf"), float("-inf")):
+                raise ValueError(f"attribute {a.name} has the default {a.default}, not a finite number")
+
+        def index(value: object, what: str, below: int) -> None:
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < below:
+                raise ValueError(f"{what} names input {value!r}; the op has {n_in} input(s)")
+
+        def shape(rule: dict[str, Any], what: str) -> None:
+            if rule.get("scalar"):
+                return
+            if "attr" in rule and rule["attr"] not in attrs:
+                raise ValueError(f"{what} is sized by attribute {rule['attr']!r}, which the op does not declare")
+            if "blocks_of" in rule:
+                index(rule["blocks_of"], what, n_in)
+                if "attr" not in rule:
+                    raise ValueError(f"{what} counts blocks of input {rule['blocks_of']} but names no attribute")
+            elif "attr" not in rule:
+                index(rule.get("like", 0), what, n_in)
+
+        for i, inp in enumerate(self.inputs):
+            if inp.like is not None:
+                index(inp.like, f"input {inp.name} (like)", i)  # an earlier input: the model is checked first
+            if inp.shape_rule is not None:
+                shape(inp.shape_rule, f"input {inp.name}'s shape")
+        for o in self.outputs:
+            dr = o.dtype_rule
+            if "fixed" in dr:
+                if dr["fixed"] not in dtypes.BY_NAME:
+                    raise ValueError(f"output {o.name} has the dtype {dr['fixed']!r}, which this cuplug does not know")
+            else:
+                index(dr.get("accum_of", dr.get("like", 0)), f"output {o.name}'s dtype", n_in)
+            shape(o.shape_rule, f"output {o.name}'s shape")
+        for rule in self.size_rules:
+            index(rule.input, "a size rule", n_in)
+            if min(rule.multiple_of, rule.min, rule.max) < 0:
+                raise ValueError(f"a size rule of input {rule.input} has a negative bound ({rule})")
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{i.name}: {'|'.join(d.name for d in i.dtypes)}" for i in self.inputs)
@@ -126,9 +172,7 @@ class OpSignature:
                     raise InvalidInputError(
                         f"{self.name}: {inp.name} has shape {list(specs[i][1])}; it must be {list(want)}"
                     )
-        for rule in self.size_rules:
-            if not 0 <= rule.input < len(specs):
-                continue
+        for rule in self.size_rules:  # rule.input is an input of the op (_validate)
             n = numel(specs[rule.input][1])
             name = self.inputs[rule.input].name
             if (
@@ -144,7 +188,9 @@ class OpSignature:
         unknown = sorted(set(given) - known)
         if unknown:
             listed = ", ".join(sorted(known)) or "none"
-            raise InvalidInputError(f"{self.name}: unknown attribute(s) {', '.join(unknown)}; it takes {listed}")
+            raise InvalidInputError(
+                f"{self.name}: unknown attribute(s) {', '.join(cut(u) for u in unknown)}; it takes {listed}"
+            )
         values: list[tuple[str, str, int | float]] = []
         for a in self.attrs:
             v = given.get(a.name, a.default)
@@ -154,7 +200,7 @@ class OpSignature:
                     raise TypeError  # a bool (Python's, NumPy's, a 0-d tensor's) is not a number here
                 fv = float(v)
             except (TypeError, ValueError, OverflowError):
-                raise InvalidInputError(f"{self.name}: attribute {a.name} must be a number, got {v!r}") from None
+                raise InvalidInputError(f"{self.name}: attribute {a.name} must be a number, got {shown(v)}") from None
             if a.kind == "float64":
                 values.append((a.name, a.kind, fv))
                 continue
@@ -164,7 +210,7 @@ class OpSignature:
                 iv = None
             if iv is None:
                 if not fv.is_integer():
-                    raise InvalidInputError(f"{self.name}: attribute {a.name} is an integer, got {v!r}")
+                    raise InvalidInputError(f"{self.name}: attribute {a.name} is an integer, got {shown(v)}")
                 iv = int(fv)
             if v is a.default and iv == 1 << 63:  # an INT64_MAX default written as a double
                 iv = (1 << 63) - 1
@@ -198,12 +244,7 @@ class OpSignature:
         if "blocks_of" not in rule and "attr" not in rule:
             return specs[int(rule.get("like", 0))][1]
         name = str(rule.get("attr"))
-        if name not in values:  # the backend's own declaration is wrong: say so, never size by a made-up 0
-            raise InvalidInputError(
-                f"{self.name}: its signature sizes a shape by attribute {name!r}, which the op does not declare "
-                "(a bug of the backend: report it to its authors)"
-            )
-        n = int(values[name])
+        n = int(values[name])  # declared: _validate() refused a table naming an attribute it lacks
         if "blocks_of" in rule:
             if n <= 0:
                 raise InvalidInputError(f"{self.name}: attribute {name} must be > 0, got {n}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from cuplug.build import artifacts, gate
 from cuplug.contract import fatbin
+from cuplug.contract.elfarch import host_arch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,6 +37,54 @@ def test_unknown_variant_and_arch_are_named():
     bad = {**MATRIX, "variants": {"sm95": {"sass": ["95"], "ptx": []}}}
     with pytest.raises(artifacts.BuildError, match="arch 95 is not supported"):
         artifacts.expected_targets(bad, "sm95", CUDA13_ARCHS)
+
+
+def _described(tmp_path, monkeypatch, cpu_lib_path, variant, found):
+    """describe() of one built variant whose device code reads as ``found`` (sass, ptx, isa); the library is
+    the real CPU twin (it links and exports as a backend must), the toolchain a stand-in: no toolkit."""
+    from cuplug.build.toolchain import Toolchain
+
+    so = tmp_path / variant / "libcuplug_vector.so"
+    so.parent.mkdir()
+    shutil.copyfile(cpu_lib_path, so)
+    monkeypatch.setattr(artifacts, "read_device_code", lambda tc, path: found)
+    tc = Toolchain("cuda13", "13.0", tmp_path, tmp_path / "nvcc", tmp_path / "cuobjdump", arch=host_arch())
+    spec = artifacts.BuildSpec(tc, ROOT / "backends", tmp_path, log=lambda _msg: None)
+    return artifacts.describe(spec, variant, MATRIX, [75, 80, 90])
+
+
+@pytest.mark.parametrize(
+    ("variant", "found", "words"),
+    [
+        # the SASS is right, the PTX is not what the matrix declares: the build stops, naming both
+        ("fatbin", (["sm_75", "sm_80", "sm_90"], ["compute_80"], "9.0"), "PTX ['compute_80'], the matrix declares"),
+        ("fatbin", (["sm_75", "sm_80", "sm_90"], [], None), "PTX [], the matrix declares SASS"),
+        ("ptx", ([], [], None), "holds SASS [] PTX [], the matrix declares SASS [] PTX ['compute_75']"),
+        ("sm80", (["sm_80"], ["compute_80"], "9.0"), "holds SASS ['sm_80'] PTX ['compute_80']"),
+        ("sm80", (["sm_75"], [], None), "holds SASS ['sm_75'] PTX []"),
+    ],
+)
+def test_a_built_variant_whose_ptx_or_sass_differs_from_the_matrix_fails_the_build(
+    tmp_path, monkeypatch, cpu_lib_path, variant, found, words
+):
+    """The manifest's device-code facts are read from the built file and must be what the matrix declares,
+    PTX as much as SASS: a fatbin without its newest PTX would leave future GPUs on the CPU, a stray PTX in a
+    dedicated SASS variant would make it a PTX wheel; either is a BuildError, never a manifest entry."""
+    with pytest.raises(artifacts.BuildError, match=re.escape(words)):
+        _described(tmp_path, monkeypatch, cpu_lib_path, variant, found)
+
+
+def test_a_built_variant_that_matches_the_matrix_is_described_from_its_file(tmp_path, monkeypatch, cpu_lib_path):
+    art = _described(
+        tmp_path, monkeypatch, cpu_lib_path, "fatbin", (["sm_75", "sm_80", "sm_90"], ["compute_90"], "9.0")
+    )
+    assert (art.sass, art.ptx, art.ptx_isa, art.file) == (
+        ("sm_75", "sm_80", "sm_90"),
+        ("compute_90",),
+        "9.0",
+        "fatbin/libcuplug_vector.so",
+    )
+    assert art.size == cpu_lib_path.stat().st_size and art.cuda_version == "13.0"
 
 
 def test_missing_compiler_is_named(tmp_path):

@@ -1265,6 +1265,82 @@ def test_a_size_rules_max_is_inclusive(rules):
         rules.destroy(h)
 
 
+BOUNDS_BACKEND = textwrap.dedent(
+    r"""
+    #include <string.h>
+    #include "cuplug_ops.h"
+    static int copy(const cuplug_call* c) {
+        memcpy(c->out[0].data, c->in[0].data, (size_t)c->n * sizeof(float));
+        return CUPLUG_OK;
+    }
+    static const cuplug_op cuplug_ops[] = {
+        {"atleast", copy, CUPLUG_ELEMENTWISE, {CUPLUG_IN("x", CUPLUG_F32)}, {CUPLUG_OUT_LIKE("out", 0)},
+         {{0}}, {CUPLUG_SIZE(0, 0, 10, 0)}},
+        {"shaped", copy, 0, {CUPLUG_IN("x", CUPLUG_F32), CUPLUG_IN_SHAPED("w", CUPLUG_I32, CUPLUG_SHAPE_LIKE, 0, NULL)},
+         {CUPLUG_OUT_LIKE("out", 0)}},
+    };
+    #include "cuplug_cpu_backend.h"
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def bounds(tmp_path_factory) -> Lib:
+    return build_test_backend(tmp_path_factory.mktemp("bounds"), "bounds", BOUNDS_BACKEND)
+
+
+def test_a_size_rules_min_is_inclusive(bounds):
+    """A size rule's min is the smallest element count allowed: exactly min elements reach the op, min - 1 is
+    refused naming the input, whatever its shape (atleast's min is 10)."""
+    h = bounds.create()
+    try:
+        for shape in ((10,), (2, 5)):
+            x = np.arange(10, dtype=np.float32).reshape(shape)
+            out = np.zeros_like(x)
+            assert bounds.call(h, "atleast", [tensor(x)], [tensor(out)]) == OK, bounds.error(h)
+            assert (out == x).all()
+        for shape in ((9,), (3, 3)):
+            x = np.ones(shape, dtype=np.float32)
+            out = np.zeros_like(x)
+            rc = bounds.call(h, "atleast", [tensor(x)], [tensor(out)])
+            expect_error(bounds, h, rc, E_INVALID_ARGUMENT, "atleast: x has 9 elements, must be at least 10")
+            assert (out == 0).all()
+    finally:
+        bounds.destroy(h)
+
+
+def test_an_inputs_shape_rule_checks_every_extent_the_last_one_too(bounds):
+    """An input whose shape rule says "like x" (w: int32, x's shape) must have every extent of x's: one that
+    differs in the last dimension only ((2, 5) for (2, 4)), or in the first, is refused before the op."""
+    h = bounds.create()
+    try:
+        x = np.ones((2, 4), dtype=np.float32)
+        out = np.zeros_like(x)
+        w = np.zeros((2, 4), dtype=np.int32)
+        assert bounds.call(h, "shaped", [tensor(x), tensor(w)], [tensor(out)]) == OK, bounds.error(h)
+        for bad in ((2, 5), (3, 4), (2, 4, 1), (8,)):
+            w = np.zeros(bad, dtype=np.int32)
+            rc = bounds.call(h, "shaped", [tensor(x), tensor(w)], [tensor(out)])
+            shown = "(" + ", ".join(map(str, bad)) + ("," if len(bad) == 1 else "") + ")"
+            expect_error(bounds, h, rc, E_INVALID_ARGUMENT, f"shaped: w has shape {shown}; it must be (2, 4)")
+    finally:
+        bounds.destroy(h)
+
+
+def test_an_input_declared_like_another_needs_every_extent_equal_the_last_one_too(lib, handle):
+    """add's y must have x's every extent: a y that differs in the last one only ((3, 2) beside (3, 4), as many
+    dimensions, fewer elements) is refused; add would read 12 elements of a 6-element buffer."""
+    x = np.ones((3, 4), dtype=np.float32)
+    out = np.zeros_like(x)
+    for bad in ((3, 2), (3, 5), (2, 4)):
+        y = np.ones(bad, dtype=np.float32)
+        rc = lib.call(handle, "add", [tensor(x), tensor(y)], [tensor(out)])
+        expect_error(
+            lib, handle, rc, E_INVALID_ARGUMENT, f"add: y has shape ({bad[0]}, {bad[1]}), must match x's shape (3, 4)"
+        )
+    assert (out == 0).all()
+
+
 STATUS_BACKEND = textwrap.dedent(
     r"""
     #include "cuplug_ops.h"

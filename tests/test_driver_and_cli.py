@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -176,6 +177,23 @@ def test_doctor_text_table(fake_driver_dir):
     assert "[backend-cuda] driver version      : 12.4" in proc.stdout
     assert "[backend-cuda] backend ABI         : v2" in proc.stdout
     assert "decision" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "step"),
+    [
+        (["doctor"], "decide and load"),
+        (["doctor", "--json"], "decide and load"),
+        (["doctor", "--no-load"], "decide (driver probe)"),
+    ],
+)
+def test_doctor_never_hangs_on_a_stuck_driver(fake_driver_dir, tmp_path, argv, step):
+    """A cuInit that never returns (FAKE_CUDA_INIT_SLEEP_MS) is what doctor is run to diagnose: with --timeout 2
+    it comes back within seconds, exit 10 (driver-init-failed), naming the step that hung and where to look."""
+    t0 = time.monotonic()
+    proc = run_cli([*argv, "--timeout", "2"], fake(fake_driver_dir, FAKE_CUDA_INIT_SLEEP_MS="60000"), cwd=tmp_path)
+    assert proc.returncode == 10 and time.monotonic() - t0 < 20, (proc.returncode, proc.stderr)
+    assert f"cuplug: step '{step}' did not finish within 2 s" in proc.stderr and "nvidia-smi" in proc.stderr
 
 
 def test_help_lists_exit_codes():

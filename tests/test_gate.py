@@ -291,3 +291,62 @@ def test_the_rules_table_is_the_rules():
     assert table["forbidden in a wheel"] == ", ".join(rules.FORBIDDEN_LIBRARIES)
     assert "libcuda.so*" in rules.FORBIDDEN_LIBRARIES and rules.DRIVER_LIBRARY == "libcuda.so*"
     assert rules.MAX_GLIBC == (2, 17) and "2.17" in table["wheel tags"]
+
+
+# A backend whose error macro ends the process, as llm.c's cudaCheck does: it exports exactly the ABI (so only the
+# new rule can refuse it) and calls exit(1), _exit or abort on an error path.
+EXITING_C = (
+    "#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n"
+    '#define check(ok) do { if (!(ok)) { fprintf(stderr, "failed\\n"); {call}; } } while (0)\n'
+    + "".join(f"int {name}(long v) {{ check(v >= 0); return 0; }}\n" for name in sorted(rules.EXPORTED))
+)
+
+
+@pytest.fixture(scope="module")
+def exiting_libs(tmp_path_factory):
+    from conftest import build_shared_library
+
+    out = tmp_path_factory.mktemp("exiting")
+    libs = {}
+    for name, call in (
+        ("exit", "exit(1)"),
+        ("_exit", "_exit(1)"),
+        ("abort", "abort()"),
+        ("quick_exit", "quick_exit(1)"),
+        ("status", "return -5"),
+    ):
+        src = out / f"{name}.c"
+        src.write_text(EXITING_C.replace("{call}", call))
+        libs[name] = build_shared_library(src, out / f"lib{name}.so")
+    return libs
+
+
+@pytest.mark.parametrize("call", ["exit", "_exit", "abort", "quick_exit"])
+def test_a_library_that_can_end_the_process_is_refused(tmp_path, exiting_libs, call):
+    """A backend that calls exit() (or _exit, abort, quick_exit) ends the Python process that loaded it with no
+    message: the build (check_linkage) and the wheel gate (check_wheel) both refuse it, naming the file, the
+    symbol and the fix (return a status); the same library returning a status passes both."""
+    so = exiting_libs[call]
+    with pytest.raises(BuildError) as exc:
+        gate.check_linkage(so)
+    assert str(exc.value).startswith(f"{so}: imports {call}: a call of it ends the Python process"), exc.value
+    assert "cuplug_op_fail" in str(exc.value) and "CUPLUG_E_DEVICE" in str(exc.value)
+    problems = gate.check_wheel(_wheel(tmp_path, f"p-1-{TAG}.whl", {"p/sm80/libcuplug_p.so": so.read_bytes()}))
+    assert problems == [f"p/sm80/libcuplug_p.so: {gate.ending_problem([call])}"], problems
+    gate.check_linkage(exiting_libs["status"])
+    assert (
+        gate.check_wheel(_wheel(tmp_path, f"q-1-{TAG}.whl", {"q/libq.so": exiting_libs["status"].read_bytes()})) == []
+    )
+
+
+def test_cuplugs_own_libraries_import_nothing_that_ends_the_process(cpu_lib_path):
+    """The CPU twin passes (it is checked in every wheel); the rule names the symbols by their bare name,
+    whatever version a library binds ('exit@GLIBC_2.2.5'), and nothing that merely starts like one."""
+    gate.check_linkage(cpu_lib_path)
+    assert gate.process_ending(
+        ["exit@GLIBC_2.2.5", "abort", "__cxa_guard_abort@CXXABI_1.3", "exit_group", "atexit"]
+    ) == [
+        "abort",
+        "exit",
+    ]
+    assert dict(gate.rules_table())["a library may not import"].startswith(", ".join(rules.PROCESS_ENDING))

@@ -286,3 +286,77 @@ def test_a_bundle_installed_beside_its_script_finds_its_backends(tmp_path, fake_
     assert json.loads(where).startswith(str(app))
     got = json.loads(result)
     assert got["attempts"][0][0] == "cuda13/fatbin" and got["variant"] == "cpu", got["attempts"]
+
+
+def _without_record_lines(dist_info: Path, keep) -> None:
+    record = dist_info / "RECORD"
+    record.write_text("".join(line + "\n" for line in record.read_text().splitlines() if keep(line)))
+
+
+@needs_wheels
+def test_a_backend_manifest_its_record_does_not_list_is_not_used(site, fake_driver_dir, tmp_path):
+    """A package's files are the ones its installer recorded: a manifest.json lying in a trusted package's
+    directory that its RECORD does not list (dropped there afterwards) is not read; the package is a rejected
+    `cuda13/manifest` candidate saying so, and cuda12 serves."""
+    planted = copy_site(site, tmp_path)
+    _without_record_lines(
+        next(planted.glob("cuplug_cuda13-*.dist-info")),
+        lambda line: not line.startswith("cuplug_cuda13/manifest.json,"),
+    )
+    got = run_json(DECIDE_LOAD, env_for(planted, fake_driver_dir))
+    broken = [c for c in got["candidates"] if c[0] == "cuda13/manifest"]
+    assert broken and broken[0][1:3] == [False, "artifact-corrupt"], got["candidates"]
+    assert "RECORD does not list cuplug_cuda13/manifest.json" in broken[0][3], broken
+    assert not [c for c in got["candidates"] if c[0].startswith("cuda13/") and c[0] != "cuda13/manifest"]
+    assert got["attempts"][0][0] == "cuda12/fatbin", got["attempts"]
+
+
+@needs_wheels
+@pytest.mark.parametrize("target", ["outside", "the site itself"])
+def test_a_package_directory_that_resolves_outside_its_site_is_not_used(target, site, fake_driver_dir, tmp_path):
+    """A trusted package's directory (site/cuplug_cuda13) replaced by a symlink to a directory outside the site,
+    or to the site itself (its manifest.json planted at the site's top), is not read: a rejected
+    `cuda13/manifest` candidate naming where it resolves to; nothing of it is tried."""
+    planted = copy_site(site, tmp_path)
+    pkg = planted / "cuplug_cuda13"
+    if target == "outside":
+        elsewhere = tmp_path / "elsewhere" / "cuplug_cuda13"
+        elsewhere.parent.mkdir()
+        shutil.move(pkg, elsewhere)
+        pkg.symlink_to(elsewhere, target_is_directory=True)
+        resolved = elsewhere
+    else:
+        shutil.copy(pkg / "manifest.json", planted / "manifest.json")
+        for sub in ("fatbin", "ptx", "sm75", "sm80", "sm90"):
+            if (pkg / sub).is_dir():
+                shutil.copytree(pkg / sub, planted / sub)
+        shutil.rmtree(pkg)
+        pkg.symlink_to(planted, target_is_directory=True)
+        resolved = planted
+    got = run_json(DECIDE_LOAD, env_for(planted, fake_driver_dir))
+    broken = [c for c in got["candidates"] if c[0] == "cuda13/manifest"]
+    assert broken and broken[0][1:3] == [False, "artifact-corrupt"], got["candidates"]
+    assert f"resolves to {resolved}, outside {planted}" in broken[0][3], broken
+    assert not [c for c in got["candidates"] if c[0].startswith("cuda13/") and c[0] != "cuda13/manifest"]
+    assert got["attempts"][0][0] == "cuda12/fatbin", got["attempts"]
+
+
+@pytest.mark.parametrize("missing", ["size", "sha256", "both"])
+def test_a_cpu_twin_needs_both_its_sha256_and_its_size_in_the_record(missing, cpu_lib_path, tmp_path):
+    """The CPU twin is verified against the sha256 and the size its owner's RECORD holds: a RECORD line with
+    either one missing leaves nothing to verify it against, so it is never loaded (BackendNotAvailable saying
+    so), whichever one is missing."""
+    site = tmp_path / "site"
+    site.mkdir()
+    info = _twin_owner(site, "scanxkit", "scanx", cpu_lib_path)
+    record = info / "RECORD"
+    lines = []
+    for line in record.read_text().splitlines():
+        if line.startswith("scanxkit/libcuplug_scanx_cpu.so,"):
+            path, digest, size = line.split(",")
+            line = ",".join([path, "" if missing != "size" else digest, "" if missing != "sha256" else size])
+        lines.append(line)
+    record.write_text("\n".join(lines) + "\n")
+    got = run_json(LOAD_NAMED.format(name="scanx"), clean_env(PYTHONPATH=str(site)))
+    assert got[:2] == ["error", "BackendNotAvailable"], got
+    assert "RECORD has no sha256 and size for scanxkit/libcuplug_scanx_cpu.so" in got[3], got

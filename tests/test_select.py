@@ -187,6 +187,34 @@ class TestDecide:
         assert str(err.value).startswith(f"CUPLUG_BACKEND={forced!r}: no installed artifact of backend 'vector' is ")
         assert "installed: cuda12:fatbin, cuda12:ptx, cuda12:sm75, cuda12:sm80; or cpu, auto" in str(err.value)
 
+    @pytest.mark.parametrize(
+        ("probe", "code"),
+        [
+            (ProbeResult(reasons.NO_DRIVER, "libcuda.so.1 not found"), reasons.NO_DRIVER),
+            (_probe(devices=0), reasons.NO_DEVICE),  # CUPLUG_DEVICE=0 of no device
+            (_probe(cc=(7, 0)), reasons.CAPABILITY_TOO_LOW),
+        ],
+    )
+    def test_a_forced_variant_never_wins_over_a_device_problem(self, probe, code):
+        """CUPLUG_BACKEND overrides the ranking rules, not the facts: with no driver, no device or a GPU below
+        the minimum there is nothing to run a CUDA variant on, so the forced one is rejected like every other
+        and the CPU serves with the device's reason (forcing cannot make load() dlopen a CUDA library then)."""
+        d = _decide({"CUPLUG_BACKEND": "sm75"}, probe=probe)
+        assert d.code == code and d.chosen is d.cpu and d.forced is None and d.to_try == ()
+        sm75 = next(c for c in d.candidates if c.variant == "sm75")
+        assert not sm75.accepted and sm75.code == code and sm75.tier == select.TIER_REJECTED
+
+    @pytest.mark.parametrize("major", ["cuda12", "cuda13"])
+    def test_a_forced_cuda_major_forces_that_majors_variant_only(self, major):
+        """CUPLUG_BACKEND=cudaNN:fatbin with both extras installed forces that major's fatbin; the other
+        major's fatbin is ranked by the rules like any candidate (cuda13 would otherwise win a tie)."""
+        arts = matrix() + matrix(cuda="cuda13", version="13.0", isa="9.0", min_driver=13000)
+        d = _decide({"CUPLUG_BACKEND": f"{major}:fatbin"}, probe=_probe(driver=13000), found=_found(*arts))
+        assert d.chosen.label == f"{major}/fatbin" and d.code == reasons.FORCED
+        assert [c.label for c in d.candidates if c.code == reasons.FORCED] == [f"{major}/fatbin"]
+        other = next(c for c in d.candidates if c.label == f"{'cuda13' if major == 'cuda12' else 'cuda12'}/fatbin")
+        assert other.accepted and other.code == reasons.OK and other.tier == select.TIER_EXACT_SASS
+
     def test_a_forced_variant_when_nothing_is_installed_names_none(self):
         with pytest.raises(ConfigError, match="installed: none; or cpu"):
             _decide({"CUPLUG_BACKEND": "sm80"}, probe=_probe(), found=_found())

@@ -268,6 +268,32 @@ def test_gate_refuses_a_variant_wheel_whose_properties_lie(tmp_path):
     assert any("exactly the file name's label 'sm90'" in p for p in problems), problems
 
 
+@needs_variant_wheels
+@pytest.mark.parametrize("change", ["member altered", "member added", "member removed"])
+def test_gate_refuses_a_variant_wheel_whose_record_is_not_its_files(tmp_path, change):
+    """A variant wheel's RECORD is rewritten after its label and variant.json are added: the gate compares it
+    with the files, so a member altered, added or dropped after that (RECORD untouched) fails the check; an
+    installer would otherwise write files whose digests nobody vouched for."""
+    from cuplug.build.gate import check_wheel
+
+    src = _variant_set("cuda13")["sm80"]
+    dest = tmp_path / src.name
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest, "w") as zout:
+        for item in zin.infolist():
+            data = zin.read(item)
+            if item.filename.endswith(".dist-info/METADATA"):
+                if change == "member removed":
+                    continue
+                if change == "member altered":
+                    data += b"\nA line added after the build.\n"
+            zout.writestr(item, data)
+        if change == "member added":
+            zout.writestr("cuplug_cuda13/planted.txt", b"not in RECORD")
+    assert check_wheel(src) == []
+    problems = check_wheel(dest)
+    assert [p for p in problems if "RECORD does not list exactly the files of the wheel" in p], problems
+
+
 # --- installed: the loader treats a variant wheel like any backend wheel ---
 
 

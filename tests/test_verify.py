@@ -12,6 +12,7 @@ import atexit
 import errno
 import fcntl
 import hashlib
+import json
 import os
 import resource
 import stat
@@ -335,6 +336,69 @@ def test_a_sealed_copy_never_takes_a_standard_streams_number(tmp_path, lib):
     subprocess.run([sys.executable, "-c", code, repr(art._asdict()), str(tmp_path / "out")], check=True, timeout=60)
     load_path = (tmp_path / "out").read_text()
     assert load_path.startswith("/proc/self/fd/") and int(load_path.rsplit("/", 1)[1]) > 2, load_path
+
+
+NAME_COMES_BACK = """
+import atexit, fcntl, hashlib, json, os, resource, shutil, sys, tempfile
+from cuplug.contract.manifest import Artifact
+from cuplug.runtime import verify
+arts = [Artifact(**a) for a in eval(sys.argv[1])]
+first = [verify.verified(a) for a in arts[:3]]
+assert all(v.how == "memfd" for v in first), first
+numbers = sorted(int(v.load_path.rsplit("/", 1)[1]) for v in first)
+fillers = []
+while True:  # every free number below the copies' taken, so the next descriptors get theirs
+    fd = os.open("/dev/null", os.O_RDONLY)
+    if fd > numbers[-1]:
+        os.close(fd)
+        break
+    fillers.append(fd)
+for n in numbers:
+    os.close(n)  # a closefrom(): the numbers come back, the names stay dlopened
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (numbers[-1] + 1, hard))  # no number above them to move to
+try:
+    v = verify.verified(arts[3])
+finally:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+with open(sys.argv[2], "w") as f:
+    same = open(v.load_path, "rb").read() == open(arts[3].path, "rb").read()
+    json.dump([[x.load_path for x in first], v.load_path, v.how, same], f)
+"""
+
+
+def test_a_memfd_name_already_dlopened_is_never_given_to_other_bytes(tmp_path, lib):
+    """The dynamic linker keys what it loaded by path: a /proc/self/fd/N name that served one library must never
+    serve other bytes, or dlopen hands back the old library. Here the copies' descriptors were closed and no
+    higher number is left (RLIMIT_NOFILE), so the new copy's memfd gets an old number: the private copy serves."""
+    arts = [_artifact(tmp_path, f"{c}.so", lib + c.encode()) for c in ("a1", "a2", "a3", "b")]
+    proc = subprocess.run(
+        [sys.executable, "-c", NAME_COMES_BACK, repr([a._asdict() for a in arts]), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    names, load_path, how, same = json.loads((tmp_path / "out").read_text())
+    assert load_path not in names and how == "private-copy" and same, (names, load_path, how)
+
+
+def test_a_file_swapped_for_a_symlink_after_it_was_resolved_is_not_followed(tmp_path, lib, monkeypatch):
+    """The artifact's path is resolved (no symlink out of the package), then opened without following a symlink
+    at its last component: one renamed over the file between the two is refused, even to bytes that verify."""
+    art = _artifact(tmp_path, "swapped.so", lib + b"swap")
+    elsewhere = tmp_path / "elsewhere.so"
+    elsewhere.write_bytes(lib + b"swap")
+    resolve = verify.resolve_inside
+
+    def resolve_then_swap(package_dir, relative):
+        path = resolve(package_dir, relative)
+        (tmp_path / "link").symlink_to(elsewhere)
+        os.rename(tmp_path / "link", path)  # what another user's `ln -sf` + rename does in the window
+        return path
+
+    monkeypatch.setattr(verify, "resolve_inside", resolve_then_swap)
+    _corrupt(art, "cannot be opened: Too many levels of symbolic links")
 
 
 @pytest.mark.parametrize("where", ["fdinfo", "another memfd"])

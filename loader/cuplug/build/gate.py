@@ -6,6 +6,7 @@ variant wheels). The docs' table of them is generated from here.
 
 - no driver (``libcuda``), no shared CUDA runtime, no ``libnvidia-*`` inside a wheel;
 - a backend library needs only the C runtime and exports exactly the ABI;
+- no library imports ``exit``, ``_exit``, ``_Exit``, ``quick_exit`` or ``abort`` (it would end the host process);
 - no RPATH/RUNPATH that leaves the package;
 - tags ``py3-none`` (no CPython extension) and manylinux no newer than the newest glibc
   symbol allows (2.17, the bullseye sysroot's floor), for one CPU architecture;
@@ -34,6 +35,7 @@ from .rules import (
     FORBIDDEN_LIBRARIES,
     LEGACY_MANYLINUX,
     MAX_GLIBC,
+    PROCESS_ENDING,
     PYTHON_TAG,
 )
 from .wheelfile import wheel_tags
@@ -73,6 +75,36 @@ def check_linkage(so: Path) -> None:
     exported = {line.split()[-1] for line in syms.splitlines() if line.strip()}
     if exported != EXPORTED:
         raise BuildError(f"{so} exports {sorted(exported ^ EXPORTED)} beyond/short of the ABI")
+    undefined = run(["nm", "-D", "--undefined-only", str(so)], f"nm {so}")
+    ending = process_ending([line.split()[-1] for line in undefined.splitlines() if line.strip()])
+    if ending:
+        raise BuildError(f"{so}: {ending_problem(ending)}")
+
+
+def process_ending(imported: Sequence[str]) -> list[str]:
+    """The process-ending calls (PROCESS_ENDING) among a library's undefined dynamic symbols ('exit@GLIBC_2.2.5')."""
+    return sorted({name.split("@", 1)[0] for name in imported} & set(PROCESS_ENDING))
+
+
+def ending_problem(ending: list[str]) -> str:
+    return (
+        f"imports {', '.join(ending)}: a call of it ends the Python process that loaded the backend, with no "
+        "message; return a status instead (an exit()-style error macro becomes `return cuplug_op_fail(c, ...)`, "
+        "or `return CUPLUG_E_DEVICE` for a CUDA error; docs/abi-v2.md)"
+    )
+
+
+def _undefined_symbols(data: bytes) -> list[str]:
+    """The names a shared object imports (undefined entries of .dynsym); ValueError when it is not a readable ELF."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        dynsym = ELFFile(io.BytesIO(data)).get_section_by_name(".dynsym")
+        symbols = list(dynsym.iter_symbols()) if dynsym is not None else []
+    except (ELFError, AttributeError) as exc:
+        raise ValueError(f"not a readable ELF file ({exc})") from exc
+    return [s.name for s in symbols if s.name and s["st_shndx"] == "SHN_UNDEF"]
 
 
 def _rpaths(data: bytes) -> list[str]:
@@ -141,6 +173,12 @@ def _library_problems(member: str, data: bytes, archs: set[str]) -> list[str]:
     problems += [
         f"{member}: RPATH/RUNPATH {r!r} points outside the package" for r in rpaths if r and not rpath_inside(member, r)
     ]
+    try:
+        ending = process_ending(_undefined_symbols(data))
+    except ValueError as exc:
+        return [*problems, f"{member}: {exc}"]
+    if ending:
+        problems.append(f"{member}: {ending_problem(ending)}")
     return problems
 
 
@@ -200,6 +238,7 @@ def rules_table() -> list[tuple[str, str]]:
         ("a backend library may need (NEEDED)", ", ".join(ALLOWED_NEEDED)),
         ("a backend library exports", f"exactly the {len(EXPORTED)} ABI v{abi.ABI_VERSION} entry points"),
         ("RPATH/RUNPATH", "only $ORIGIN-relative, never above the wheel's root"),
+        ("a library may not import", f"{', '.join(PROCESS_ENDING)} (they end the host process; return a status)"),
         (
             "wheel tags",
             f"{PYTHON_TAG}-{ABI_TAG}-manylinux_X_Y_<arch>, X.Y <= {MAX_GLIBC[0]}.{MAX_GLIBC[1]}, one of {', '.join(ARCHS)}",

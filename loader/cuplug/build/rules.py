@@ -26,6 +26,13 @@ ALLOWED_NEEDED: tuple[str, ...] = (
 )
 # What a library exports: exactly the ABI's entry points (contract.abi), nothing else.
 EXPORTED = frozenset(abi.SYMBOLS)
+# What a library may not import (undefined in its dynamic symbol table): the calls that end the host
+# process. A backend runs inside someone's Python; exit() there (llm.c's cudaCheck macro does it on any CUDA
+# error) kills it with no message and no traceback, where a status would raise an exception naming the op.
+# No exemption: none of cuplug's own artifacts imports any of them, the CUDA static runtime included
+# (`nm -D --undefined-only` on every variant of both majors and the CPU twin, 2026-12-04; libcudart_static.a
+# references none either), so whatever imports one came from the backend's own code.
+PROCESS_ENDING: tuple[str, ...] = ("exit", "_exit", "_Exit", "quick_exit", "abort")
 # Wheel tags: no CPython extension inside, so py3-none; manylinux no newer than MAX_GLIBC.
 PYTHON_TAG, ABI_TAG = "py3", "none"
 MAX_GLIBC = (2, 17)

@@ -332,6 +332,47 @@ def test_probe_names_what_the_backend_returned_and_what_the_host_computed(no_dri
     assert doc["error"] == "vector add: wrong result at 5: 7.0 != 6.0" and doc["exit_code"] == 17
 
 
+@pytest.mark.parametrize("where", [4096, (1 << 20) - 1, (1 << 20) + 2])
+def test_probe_checks_every_element_of_the_add_up_to_the_scalar_tail(no_driver, capsys, where):
+    """Every one of the 2^20+3 sums is compared, not a prefix: a wrong element past the first block, in the
+    last full block or in the 3-element scalar tail fails the probe (exit 17) naming its index."""
+    real = api.Backend.run
+
+    def wrong_at(self, op, *args, **kwargs):
+        out = real(self, op, *args, **kwargs)
+        if op == "add" and len(out) > where:
+            out[where] += 1
+        return out
+
+    no_driver.setattr(api.Backend, "run", wrong_at)
+    doc = json.loads(run(["probe", "--json", "--allow-cpu"], capsys)[1])
+    assert doc["exit_code"] == 17 and doc["error"].startswith(f"vector add: wrong result at {where}: "), doc
+
+
+def test_a_forced_cpu_passes_the_probe_without_allow_cpu(no_driver, capsys):
+    """CUPLUG_BACKEND=cpu is the operator's own choice, not a fallback: `cuplug probe` exits 0 (code `forced`,
+    docs/reference/codes.md) without --allow-cpu, says the CPU serves because it was forced, and never opens
+    the driver; a wrong CPU result still fails it (17)."""
+    no_driver.setenv("CUPLUG_BACKEND", "cpu")
+    no_driver.setattr(driver, "probe", lambda: pytest.fail("the driver was asked"))
+    code, out, _ = run(["probe"], capsys)
+    assert code == reasons.EXIT_OK == reasons.EXIT_CODES[reasons.FORCED]
+    assert "cuplug probe: CPU fallback, reason forced: CUPLUG_BACKEND=cpu" in out
+    assert out.rstrip().endswith("cuplug probe: exit 0")
+    doc = json.loads(run(["probe", "--json"], capsys)[1])
+    assert doc["ok"] and doc["exit_code"] == 0 and doc["variant"] == "cpu" and doc["code"] == reasons.FORCED
+    real = api.Backend.run
+
+    def wrong(self, op, *args, **kwargs):
+        out = real(self, op, *args, **kwargs)
+        if op == "add":
+            out[0] += 1
+        return out
+
+    no_driver.setattr(api.Backend, "run", wrong)
+    assert run(["probe"], capsys)[0] == reasons.EXIT_KERNEL_FAILED
+
+
 def test_a_kernel_that_fails_fails_the_probe_with_17_naming_the_step(no_driver, capsys):
     from cuplug.contract.errors import BackendError
 
@@ -532,9 +573,10 @@ def test_a_command_is_required(capsys):
 
 
 def test_the_default_timeouts_are_the_ones_help_states():
-    """A hung probe or doctor is reported after 120 s, a hung warmup (the JIT takes long) after 600 s."""
+    """A hung probe or doctor is reported after 10 s (an operator's answer in seconds), a hung warmup (the JIT
+    takes long) after 600 s."""
     parser = cli.build_parser()
-    assert [parser.parse_args([c]).timeout for c in ("probe", "doctor", "warmup")] == [120.0, 120.0, 600.0]
+    assert [parser.parse_args([c]).timeout for c in ("probe", "doctor", "warmup")] == [10.0, 10.0, 600.0]
     assert parser.parse_args(["probe"]).backend == "vector" and cli._timeout("86400") == 86400.0
 
 

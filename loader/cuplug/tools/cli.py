@@ -25,6 +25,11 @@ PROBE_EXIT_HELP = reasons.exit_help()
 MAX_TIMEOUT = 86_400.0
 
 
+# An operator's answer in seconds: cuInit of a healthy 8-GPU host takes a few (without the persistence
+# daemon), a hung driver never answers; --timeout raises it for a slower machine (warmup's JIT: 600).
+STEP_TIMEOUT = 10.0
+
+
 def _timeout(text: str) -> float:
     """--timeout: a finite number of seconds, > 0 and <= a day (0, negative, nan, inf are refused)."""
     try:
@@ -66,7 +71,7 @@ class _Steps:
         if t.is_alive():
             print(
                 f"cuplug: step '{self.step}' did not finish within {self.timeout:g} s; "
-                "the driver or GPU is not answering (check nvidia-smi, dmesg)",
+                "the driver or GPU is not answering (check nvidia-smi, dmesg; a slow but working machine: --timeout)",
                 file=sys.stderr,
             )
             sys.stderr.flush()
@@ -367,7 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the backend to probe (default vector): every op runs on its declared sample against the CPU twin",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--timeout", type=_timeout, default=120.0, help="seconds before a hung step is reported (120)")
+    p.add_argument(
+        "--timeout", type=_timeout, default=STEP_TIMEOUT, help=f"seconds before a hung step is reported ({STEP_TIMEOUT:g})"
+    )
     p.set_defaults(func=cmd_probe)
     d = sub.add_parser(
         "doctor",
@@ -387,7 +394,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="the backend to diagnose (default: vector, cuplug's own; or any installed one)",
     )
     d.add_argument(
-        "--timeout", type=_timeout, default=120.0, help="seconds before a hung driver is reported (120; exit 10)"
+        "--timeout",
+        type=_timeout,
+        default=STEP_TIMEOUT,
+        help=f"seconds before a hung driver is reported ({STEP_TIMEOUT:g}; exit 10)",
     )
     d.set_defaults(func=cmd_doctor)
     nb = sub.add_parser(

@@ -40,7 +40,7 @@ from ..contract.errors import (
     cut,
     shown,
 )
-from . import operands, signature
+from . import operands, plan, signature
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -93,6 +93,12 @@ def _framework_stream(obj: Any, device: int) -> int | None:
     except Exception:  # a framework that cannot say: the caller orders by hand (documented)
         return None
     return None
+
+
+def _ndarray() -> type | None:
+    """numpy.ndarray once NumPy is imported (by anyone); None before: cuplug never imports it itself."""
+    np = sys.modules.get("numpy")
+    return getattr(np, "ndarray", None)
 
 
 def _has(obj: Any, protocol: str) -> bool:
@@ -276,6 +282,7 @@ class Backend:
         self._core = _Core(library, handle, cuda, self.device_index, int(info.get("stream") or 0))
         _cores.add(self._core)
         self._finalizer = _Finalizer(self, _Core.close, self._core)
+        self._plans: dict[tuple, plan.Plan] = {}
 
     __copy__ = __deepcopy__ = __reduce_ex__ = __reduce__ = _no_copy
 
@@ -366,6 +373,13 @@ class Backend:
 
     # ---- operands
     def _arg(self, obj: Any, name: str, writable: bool, handshake: int | None) -> _Arg:
+        kind = type(obj)
+        if kind is Tensor:
+            return obj._arg(self, name)
+        if kind is _ndarray():  # a NumPy array is host memory: its buffer export, no DLPack round trip
+            view = memoryview(obj)
+            if view.format in dtypes.BY_FORMAT:  # else (bfloat16 of ml_dtypes): DLPack names the dtype
+                return operands.from_memoryview(obj, name, writable, view)
         if isinstance(obj, Tensor):
             return obj._arg(self, name)
         if _has(obj, "__dlpack__") and _has(obj, "__dlpack_device__"):
@@ -376,7 +390,7 @@ class Backend:
                 except TypeError:
                     view = None
                 if view is not None and view.format in dtypes.BY_FORMAT:
-                    return operands.from_memoryview(obj, name, writable)
+                    return operands.from_memoryview(obj, name, writable, view)
                 return operands.from_dlpack_capsule(obj, _capsule(obj, name), name, writable, (dev_type, dev_id))
             if dev_type != dtypes.DEVICE_CUDA:
                 raise InvalidInputError(f"{name}: DLPack device type {dev_type} is neither the host nor CUDA")
@@ -428,87 +442,57 @@ class Backend:
         if sig is None:
             listed = ", ".join(self.ops) or "none"
             raise UnknownOpError(f"unknown op {shown(op)}; this {self.name} backend has {listed}")
-        handle = self._live_handle()
+        self._live_handle()
         launch = stream_handle(stream) if stream is not None else None  # None: the instance's stream
         handshake = launch if launch is not None else self._core.stream
-        args = [
-            self._arg(x, f"{op}: {sig.inputs[i].name if i < len(sig.inputs) else i}", False, handshake)
-            for i, x in enumerate(inputs)
-        ]
-        specs = [(a.dtype, a.shape) for a in args]
-        attr_values = sig.attr_values(attrs)
-        sig.check_inputs(specs, attr_values)
-        out_specs = sig.output_specs(specs, attr_values)
-        host = all(a.host for a in args) if args else True
-        if args and any(a.host for a in args) != host:
-            raise InvalidInputError(
-                f"{op}: a mix of host and device inputs; move them to one side (x.cuda() / x.cpu()) first"
-            )
-        resident = bool(args) and all(isinstance(x, Tensor) for x in inputs)
-        owned: list[Tensor] = []
-        if out is None:
-            self._check_room(op, sig, out_specs, host and not resident)
+        labels = sig.input_labels
+        if len(inputs) <= len(labels):
+            args = [self._arg(x, label, False, handshake) for x, label in zip(inputs, labels)]
+        else:  # more inputs than declared: refused by the plan, named by index
+            args = [self._arg(x, f"{op}: {i}", False, handshake) for i, x in enumerate(inputs)]
+        out_args: list[_Arg] = []
         if out is not None:
             outs_given = list(out) if isinstance(out, (tuple, list)) else [out]
             if len(outs_given) != len(sig.outputs):
                 raise InvalidInputError(f"{op} has {len(sig.outputs)} output(s), out= gave {len(outs_given)}")
+            out_args = [self._arg(o, sig.output_labels[i], True, handshake) for i, o in enumerate(outs_given)]
+        p = self._plan(sig, args, out_args if out is not None else None, inputs, attrs)
+        resident = bool(args) and all(type(x) is Tensor or isinstance(x, Tensor) for x in inputs)
+        owned: list[Tensor] = []
+        if out is not None:
             results = outs_given
-            out_args = [
-                self._arg(o, f"{op}: out {sig.outputs[i].name}", True, handshake) for i, o in enumerate(results)
-            ]
-            for i, (a, (dt, shape)) in enumerate(zip(out_args, out_specs, strict=True)):
-                if a.dtype is not dt or a.shape != shape:
-                    raise InvalidInputError(
-                        f"{op}: out has {signature.numel(a.shape)} elements ({a.dtype.name}{list(a.shape)}); "
-                        f"{sig.outputs[i].name} must be {dt.name}{list(shape)}"
-                    )
-                if a.host != host:
-                    raise InvalidInputError(f"{op}: out {sig.outputs[i].name} must be on the same side as the inputs")
             _refuse_overlap(sig, args, out_args)
-        elif host and not resident:
+        elif p.host and not resident:
             # made like the caller's own array, not like a resident tensor beside it (CPU backend)
             like = next((x for x in inputs if not isinstance(x, Tensor)), None)
             results = [
                 _host_result(like, dt, shape, bool(o.shape_rule.get("scalar")))
-                for (dt, shape), o in zip(out_specs, sig.outputs, strict=True)
+                for (dt, shape), o in zip(p.out_specs, sig.outputs, strict=True)
             ]
-            # array.array holds a flat copy of any shape: the descriptor carries the op's shape.
-            out_args = [
-                _reshaped(self._arg(r, f"{op}: out", True, None), shape)
-                for r, (_, shape) in zip(results, out_specs, strict=True)
-            ]
+            # array.array holds a flat copy of any shape: the plan's descriptor carries the op's shape.
+            out_args = [self._arg(r, f"{op}: out", True, None) for r in results]
         else:
-            owned = [self.empty(shape, dt) for dt, shape in out_specs]
+            owned = [self.empty(shape, dt) for dt, shape in p.out_specs]
             results = list(owned)
             out_args = [t._arg(self, f"{op}: out") for t in owned]
-        c_in = (abi.CTensor * max(len(args), 1))(*(a.ct for a in args))
-        c_out = (abi.CTensor * max(len(out_args), 1))(*(a.ct for a in out_args))
-        c_attrs = (abi.CAttr * max(len(attr_values), 1))()
-        names = [name.encode() for name, _, _ in attr_values]
-        for i, (_, kind, value) in enumerate(attr_values):
-            c_attrs[i].name = names[i]
-            if kind == "int64":
-                c_attrs[i].kind, c_attrs[i].value.i = abi.ATTR_INT64, int(value)
-            else:
-                c_attrs[i].kind, c_attrs[i].value.f = abi.ATTR_FLOAT64, float(value)
         c_launch = _c_stream(launch) if launch is not None else 0
         core = self._core
         try:
             with core.lock:
                 handle = self._live_handle()
                 for x in (*inputs, *(results if out is not None else ())):
-                    if isinstance(x, Tensor):
-                        x._handle()  # freed by another thread since its descriptor was read: refuse
-                for a in (*args, *out_args):  # a tensor's producer stream (resident, CAI v3) is waited for
-                    if a.stream is not None and a.stream != (launch if launch is not None else core.stream):
+                    if isinstance(x, Tensor) and x._dead:  # freed by another thread since it was read
+                        x._handle()  # raises, naming how it went
+                on = launch if launch is not None else core.stream
+                for a in (*args, *out_args):
+                    if a.stream is not None and a.stream != on:  # a producer stream (resident, CAI v3) first
                         self._check(core.lib.stream_wait(handle, c_launch, _c_stream(a.stream)), f"{op}: stream order")
-                rc = core.lib.call(
-                    handle, op.encode(), c_in, len(args), c_out, len(out_args), c_attrs, len(attr_values), c_launch
-                )
+                p.fill(args, out_args, attrs, op)
+                rc = core.lib.call(handle, p.op, p.c_in, len(args), p.c_out, len(out_args), p.c_attrs, p.n_attrs, c_launch)
                 self._check(rc, op)
-                if not host and launch is None:
+                if not p.host and launch is None:
                     self._order_frameworks_after(handle, [*inputs, *(results if out is not None else ())])
-                if launch is not None and core.stream and any(isinstance(r, Tensor) for r in results):
+                if launch is not None and core.stream and owned:
                     # Resident results written on the caller's stream: the instance stream waits for it now,
                     # so a tensor's writer is always the instance stream (a caller's stream may be destroyed
                     # before the tensor is read or exported; the instance stream lives as long as the tensor).
@@ -519,14 +503,65 @@ class Backend:
             raise
         finally:
             del args, out_args
-        template = getattr(inputs[0], "_template", None) if inputs else None
-        for t in owned:
-            t._template = template
-        if (host or resident) and out is None:
+        if owned:
+            template = getattr(inputs[0], "_template", None) if inputs else None
+            for t in owned:
+                t._template = template
+        if (p.host or resident) and out is None:
             results = [
                 _scalar(r) if o.shape_rule.get("scalar") else r for r, o in zip(results, sig.outputs, strict=True)
             ]
         return results[0] if len(results) == 1 else tuple(results)
+
+    def _plan(
+        self, sig: signature.OpSignature, args: list[_Arg], out_args: list[_Arg] | None, inputs: tuple, attrs: dict
+    ) -> plan.Plan:
+        """The prepared call for these operands' specs and the attributes given (plan.py): made on the first call
+        of its key, with every check that depends on nothing else; found again after that."""
+        given = tuple(attrs)
+        sized = ()
+        if attrs and sig.shape_attrs:  # attributes that size a shape key the plan by their values
+            by_name = sig.attr_by_name
+            sized = tuple(
+                (n, by_name[n].value_of(attrs[n], sig.name)) for n in given if n in sig.shape_attrs and n in by_name
+            )
+        key = (sig.name, given, sized, *[a.spec for a in args], None, *([] if out_args is None else [a.spec for a in out_args]))
+        found = self._plans.get(key)
+        if found is not None:
+            return found
+        specs = [(a.dtype, a.shape) for a in args]
+        attr_values = sig.attr_values(attrs)
+        sig.check_inputs(specs, attr_values)
+        out_specs = sig.output_specs(specs, attr_values)
+        host = all(a.host for a in args) if args else True
+        if args and any(a.host for a in args) != host:
+            raise InvalidInputError(
+                f"{sig.name}: a mix of host and device inputs; move them to one side (x.cuda() / x.cpu()) first"
+            )
+        resident = bool(args) and all(isinstance(x, Tensor) for x in inputs)
+        if out_args is not None:
+            for i, (a, (dt, shape)) in enumerate(zip(out_args, out_specs, strict=True)):
+                if a.dtype is not dt or a.shape != shape:
+                    raise InvalidInputError(
+                        f"{sig.name}: out has {signature.numel(a.shape)} elements ({a.dtype.name}{list(a.shape)}); "
+                        f"{sig.outputs[i].name} must be {dt.name}{list(shape)}"
+                    )
+                if a.host != host:
+                    raise InvalidInputError(
+                        f"{sig.name}: out {sig.outputs[i].name} must be on the same side as the inputs"
+                    )
+            out_devices = [a.device for a in out_args]
+        else:
+            on_host = host and not resident
+            self._check_room(sig.name, sig, out_specs, on_host)
+            here = (dtypes.DEVICE_CPU, 0) if on_host else (self.device_type, self.device_index)
+            out_devices = [here] * len(out_specs)
+        per_call = tuple(n for n in given if n not in dict(sized))
+        made = plan.Plan(sig, [a.spec for a in args], out_specs, out_devices, attr_values, per_call, host)
+        if len(self._plans) >= plan.MAX_PLANS:
+            self._plans.clear()
+        self._plans[key] = made
+        return made
 
     def _order_frameworks_after(self, handle: int, objs: list[Any]) -> None:
         """The producers' current streams wait for the instance's: what they run next sees our results,
@@ -614,30 +649,25 @@ def _refuse_overlap(sig: signature.OpSignature, args: list[_Arg], out_args: list
     already written. The one exception: an elementwise op writing exactly over an input of its own dtype
     and shape (in place, element i read before it is written), as ``run("add", x, y, out=x)``."""
     for k, o in enumerate(out_args):
-        if not o.nbytes:
+        lo, hi = o.addr, o.addr + o.nbytes
+        if lo == hi:
             continue
-        others = [(sig.inputs[i].name if i < len(sig.inputs) else str(i), a, True) for i, a in enumerate(args)]
-        others += [(sig.outputs[j].name, a, False) for j, a in enumerate(out_args) if j != k]
-        for label, a, is_input in others:
-            if not a.nbytes or a.addr >= o.addr + o.nbytes or o.addr >= a.addr + a.nbytes:
+        for j, a in enumerate((*args, *out_args)):
+            if j == len(args) + k or not a.nbytes or a.addr >= hi or lo >= a.addr + a.nbytes:
                 continue
-            if is_input and sig.elementwise and (a.addr, a.nbytes, a.dtype, a.shape) == (o.addr, o.nbytes, o.dtype, o.shape):
+            is_input = j < len(args)
+            if is_input and sig.elementwise and (a.addr, a.nbytes, a.dtype, a.shape) == (lo, o.nbytes, o.dtype, o.shape):
                 continue
+            if is_input:
+                label = sig.inputs[j].name if j < len(sig.inputs) else str(j)
+            else:
+                label = sig.outputs[j - len(args)].name
             kind = "input" if is_input else "output"
-            how = "partly overlaps" if (a.addr, a.nbytes) != (o.addr, o.nbytes) else "is the same memory as"
-            exception = " (only an elementwise op may write exactly over one of its inputs)" if is_input and not sig.elementwise else ""
+            how = "partly overlaps" if (a.addr, a.nbytes) != (lo, o.nbytes) else "is the same memory as"
+            why = " (only an elementwise op may write exactly over one of its inputs)" if is_input and not sig.elementwise else ""
             raise InvalidInputError(
-                f"{sig.name}: out {sig.outputs[k].name} {how} {kind} {label}{exception}; pass an out= array of "
-                "its own memory"
+                f"{sig.name}: out {sig.outputs[k].name} {how} {kind} {label}{why}; pass an out= array of its own memory"
             )
-
-
-def _reshaped(arg: _Arg, shape: tuple[int, ...]) -> _Arg:
-    if arg.shape != shape and signature.numel(arg.shape) == signature.numel(shape):
-        shape_array = (ctypes.c_int64 * max(len(shape), 1))(*shape)
-        arg.ct.ndim, arg.ct.shape = len(shape), ctypes.cast(shape_array, ctypes.POINTER(ctypes.c_int64))
-        arg.keep, arg.shape = (arg.keep, shape_array), shape
-    return arg
 
 
 class _HostKind:
@@ -724,6 +754,7 @@ class Tensor:
         self._exported = False
         self._dead: str | None = None
         self._desc: abi.CTensor | None = None
+        self._as_arg: _Arg | None = None
         self._finalizer: _Finalizer | None = None  # set by _own(): only Backend.empty() owns memory
 
     def _own(self) -> None:
@@ -788,10 +819,15 @@ class Tensor:
         if backend is not self.backend:
             raise InvalidInputError(f"{name}: a tensor of another backend instance; copy it through the host")
         self._handle()
-        d = self._descriptor()
-        ct = abi.CTensor.from_buffer_copy(d)
-        arg = _Arg(ct, self, self.dtype, self.shape, self.backend.device_type != dtypes.DEVICE_CUDA, self, self.nbytes)
-        arg.stream = self._core.stream  # every write of a tensor is ordered on the instance stream (run())
+        arg = self._as_arg
+        if arg is None:  # a tensor's address, dtype and shape never change: one Arg for its life
+            d = self._descriptor()
+            addr = int(d.data or 0) + int(d.byte_offset)
+            # (no reference back to the tensor: a cycle would keep its memory until the next gc)
+            arg = _Arg(addr, (d.device_type, d.device_id), self.dtype, self.shape, None, None, self.nbytes)
+            arg.host = self.backend.device_type != dtypes.DEVICE_CUDA  # the backend's side, whatever C calls it
+            arg.stream = self._core.stream  # every write of a tensor is ordered on the instance stream (run())
+            self._as_arg = arg
         return arg
 
     @property
@@ -812,7 +848,7 @@ class Tensor:
         core = self._core
         with core.lock:
             copy = core.lib.upload if step == "upload" else core.lib.download
-            self.backend._check(copy(self._handle(), self.id, arg.ct.data, self.nbytes), step)
+            self.backend._check(copy(self._handle(), self.id, arg.addr, self.nbytes), step)
 
     def _upload_arg(self, src: _Arg) -> None:
         self._host_copy(src, "upload", "source")

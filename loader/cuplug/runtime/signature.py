@@ -54,6 +54,37 @@ class Attr:
         default = spec.get("default", 0)
         self.default: int | float = int(default) if self.kind == "int64" else float(default)
 
+    def value_of(self, v: Any, op: str) -> int | float:
+        """A caller's value (or the default) as C receives it; a bool, a non-number, a fraction for an int64
+        attribute or an int64 out of range raise, naming ``op`` and the attribute."""
+        a = self
+        if type(v) is float and a.kind == "float64":  # the common cases first: no conversion to judge
+            return v
+        if type(v) is int and a.kind == "int64" and -(1 << 63) <= v < (1 << 63):
+            return v
+        try:
+            vdt = getattr(v, "dtype", None)
+            if isinstance(v, (bool, str, bytes)) or getattr(vdt, "kind", "") == "b" or str(vdt) == "torch.bool":
+                raise TypeError  # a bool (Python's, NumPy's, a 0-d tensor's) is not a number here
+            fv = float(v)
+        except (TypeError, ValueError, OverflowError):
+            raise InvalidInputError(f"{op}: attribute {a.name} must be a number, got {shown(v)}") from None
+        if a.kind == "float64":
+            return fv
+        try:
+            iv = v.__index__() if hasattr(v, "__index__") else None
+        except TypeError:  # e.g. a 0-d float tensor: judged by its value below
+            iv = None
+        if iv is None:
+            if not fv.is_integer():
+                raise InvalidInputError(f"{op}: attribute {a.name} is an integer, got {shown(v)}")
+            iv = int(fv)
+        if v is a.default and iv == 1 << 63:  # an INT64_MAX default written as a double
+            iv = (1 << 63) - 1
+        if not -(1 << 63) <= iv < (1 << 63):
+            raise InvalidInputError(f"{op}: attribute {a.name}={iv} does not fit in int64")
+        return iv
+
 
 class SizeRule:
     __slots__ = ("input", "max", "min", "multiple_of")
@@ -90,6 +121,13 @@ class OpSignature:
             if inp.like is not None and not inp.dtypes and 0 <= inp.like < i:
                 inp.dtypes = self.inputs[inp.like].dtypes
         self._validate()
+        # What a prepared call (plan.Plan) needs: the messages' operand names, the attributes by name,
+        # and those that size a shape (their values key a plan: the shapes they give are checked once).
+        self.input_labels = [f"{name}: {i.name}" for i in self.inputs]
+        self.output_labels = [f"{name}: out {o.name}" for o in self.outputs]
+        self.attr_by_name = {a.name: a for a in self.attrs}
+        rules = [o.shape_rule for o in self.outputs] + [i.shape_rule for i in self.inputs if i.shape_rule]
+        self.shape_attrs = frozenset(r["attr"] for r in rules if "attr" in r and not r.get("scalar"))
 
     def _validate(self) -> None:
         """Every index and name a rule uses exists, once, at load: a backend whose table points at an input,
@@ -191,33 +229,7 @@ class OpSignature:
             raise InvalidInputError(
                 f"{self.name}: unknown attribute(s) {', '.join(cut(u) for u in unknown)}; it takes {listed}"
             )
-        values: list[tuple[str, str, int | float]] = []
-        for a in self.attrs:
-            v = given.get(a.name, a.default)
-            try:
-                vdt = getattr(v, "dtype", None)
-                if isinstance(v, (bool, str, bytes)) or getattr(vdt, "kind", "") == "b" or str(vdt) == "torch.bool":
-                    raise TypeError  # a bool (Python's, NumPy's, a 0-d tensor's) is not a number here
-                fv = float(v)
-            except (TypeError, ValueError, OverflowError):
-                raise InvalidInputError(f"{self.name}: attribute {a.name} must be a number, got {shown(v)}") from None
-            if a.kind == "float64":
-                values.append((a.name, a.kind, fv))
-                continue
-            try:
-                iv = v.__index__() if hasattr(v, "__index__") else None
-            except TypeError:  # e.g. a 0-d float tensor: judged by its value below
-                iv = None
-            if iv is None:
-                if not fv.is_integer():
-                    raise InvalidInputError(f"{self.name}: attribute {a.name} is an integer, got {shown(v)}")
-                iv = int(fv)
-            if v is a.default and iv == 1 << 63:  # an INT64_MAX default written as a double
-                iv = (1 << 63) - 1
-            if not -(1 << 63) <= iv < (1 << 63):
-                raise InvalidInputError(f"{self.name}: attribute {a.name}={iv} does not fit in int64")
-            values.append((a.name, a.kind, iv))
-        return values
+        return [(a.name, a.kind, a.value_of(given.get(a.name, a.default), self.name)) for a in self.attrs]
 
     def output_specs(
         self, specs: list[tuple[dtypes.DType, Shape]], attrs: list[tuple[str, str, int | float]]

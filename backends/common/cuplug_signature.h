@@ -315,6 +315,11 @@ static inline int cuplug_check_tensor(const char* opname, const char* what, cons
     int rc = cuplug_check_shape(label, t->ndim, t->shape, itemsize, &n, &nbytes, err, err_len);
     if (rc != CUPLUG_OK) return rc;
     if (t->data == NULL && n > 0) return cuplug_errorf(err, err_len, "%s has a NULL data pointer", label);
+    /* data + byte_offset + nbytes must not wrap: a producer's offset near 2^64 is no address. */
+    if (n > 0 && ((uintptr_t)t->byte_offset > UINTPTR_MAX - (uintptr_t)t->data ||
+                  (uintptr_t)nbytes > UINTPTR_MAX - ((uintptr_t)t->data + (uintptr_t)t->byte_offset)))
+        return cuplug_errorf(err, err_len, "%s: data + byte_offset (%p + %llu) and its %lld bytes run past the end of "
+                             "the address space", label, t->data, (unsigned long long)t->byte_offset, nbytes);
     /* Misaligned elements would be undefined behaviour on the host and a sticky
      * cudaErrorMisalignedAddress on a GPU: refused here, for every device. */
     if (n > 0 && ((uintptr_t)t->data + (uintptr_t)t->byte_offset) % (uintptr_t)itemsize != 0)

@@ -57,9 +57,10 @@ def test_empty_tensors_are_contiguous_whatever_their_strides(b):
     assert b.run("sum", x) == 0.0
 
 
-def test_the_producers_current_stream_waits_for_the_result(gpu, spy, monkeypatch):
-    """CuPy's and PyTorch's current stream wait for the instance stream after a call on it, so the caller's
-    next kernel sees the result without a synchronize (the module docstring's promise)."""
+def test_a_call_on_a_producers_tensors_runs_on_its_current_stream(gpu, spy, monkeypatch):
+    """CuPy's and PyTorch's current stream run the call (stream=None), so the caller's next kernel sees the
+    result without a synchronize or a cross-stream wait; a backend-owned result written there is then waited
+    for by the instance stream, which owns its lifetime."""
     spy.answers["call"] = 0
     current = {"cupy": 4242, "torch": 77}
     cupy = type(sys)("cupy")
@@ -75,27 +76,27 @@ def test_the_producers_current_stream_waits_for_the_result(gpu, spy, monkeypatch
     monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
     x, y = _CupyArray(), _CupyArray()
     gpu.run("add", x, y)
-    assert spy.waits_around_the_call()[2] == [(4242, 0)]  # once for the stream both came from
+    assert spy.waits_around_the_call()[1:] == (4242, [(0, 4242)])
     spy.log.clear()
     gpu.run("add", _TorchCudaTensor(), _TorchCudaTensor())
-    assert spy.waits_around_the_call()[2] == [(77, 0)] and asked == [0, 0]
+    assert spy.waits_around_the_call()[1:] == (77, [(0, 77)]) and asked == [0]
     current["cupy"] = 0  # CuPy's default stream is the legacy one: 1 to C, never the instance's 0
     spy.log.clear()
     gpu.run("sum", x)
-    assert spy.waits_around_the_call()[2] == [(1, 0)]
+    assert spy.waits_around_the_call()[1:] == (1, [(0, 1)])
     spy.log.clear()
-    gpu.run("sum", x, stream=5)  # a given stream: the caller orders what follows on it, no framework is asked
-    assert spy.waits_around_the_call()[2] == [(0, 5)]  # only the instance stream waits for the given one
+    gpu.run("sum", x, stream=5)  # a given stream: no framework is asked
+    assert spy.waits_around_the_call()[1:] == (5, [(0, 5)])
     spy.log.clear()
-    gpu.run("sum", _CudaArray())  # no framework behind it
-    assert spy.waits_around_the_call()[2] == []
+    gpu.run("sum", _CudaArray())  # no framework behind it: the instance stream, nothing to wait for
+    assert spy.waits_around_the_call()[1:] == (0, [])
 
     def broken():
         raise RuntimeError("no current stream")
 
-    cupy.cuda.get_current_stream = broken  # a framework that cannot say: the call still runs
+    cupy.cuda.get_current_stream = broken  # a framework that cannot say: the instance stream
     spy.log.clear()
-    assert isinstance(gpu.run("sum", x), cuplug.Tensor) and spy.waits_around_the_call()[2] == []
+    assert isinstance(gpu.run("sum", x), cuplug.Tensor) and spy.waits_around_the_call()[1:] == (0, [])
 
 
 def test_a_resident_tensor_exports_to_pytorch_without_a_copy(b):

@@ -1154,9 +1154,10 @@ def _framework(name, current):
     return mod
 
 
-def test_only_pytorchs_and_cupys_current_streams_are_ordered_after_a_call(gpu, spy, monkeypatch):
-    """After a call on the instance stream the producers' current streams wait for it (the module docstring's
-    promise), once per stream; only PyTorch and CuPy are asked, whatever else looks alike."""
+def test_pytorch_and_cupy_operands_run_on_their_current_stream(gpu, spy, monkeypatch):
+    """stream=None with PyTorch or CuPy operands: the launch is on that framework's current stream (the first
+    operand's), so CUDA orders it with the caller's work and nothing waits across streams (a graph capture
+    sees one stream); only PyTorch and CuPy are asked, whatever else looks alike."""
     spy.answers["call"] = 0
     current = {"torch": 77, "cupy": 4242, "acme": 31, "zframe": 32}
     for name in current:
@@ -1164,27 +1165,31 @@ def test_only_pytorchs_and_cupys_current_streams_are_ordered_after_a_call(gpu, s
     acme = type("Array", (_CudaArray,), {"__module__": "acme.arrays"})
     zframe = type("Array", (_CudaArray,), {"__module__": "zframe"})
 
-    def waits_after(*inputs, **kw):
+    def launched_on(*inputs, **kw):
         spy.log.clear()
-        gpu.run("add", *inputs, **kw)
-        return spy.waits_around_the_call()[2]
+        gpu.run("add", *inputs, **{"out": _CudaArray(data=(0xF000, False)), **kw})
+        before, launch, after = spy.waits_around_the_call()
+        assert before == [] and after == [], (before, after)  # CAI without a stream: nothing to wait for
+        return launch
 
-    assert waits_after(_TorchCudaTensor(), _TorchCudaTensor()) == [(77, 0)]
-    assert waits_after(_CupyArray(), _CupyArray()) == [(4242, 0)]
-    assert sorted(waits_after(_TorchCudaTensor(), _CupyArray())) == [(77, 0), (4242, 0)]
-    assert waits_after(_CudaArray(), _CudaArray(), out=_CupyArray()) == [(4242, 0)]  # the out's producer too
-    assert waits_after(acme(), zframe()) == []  # frameworks cuplug does not know are not asked
-    assert waits_after(_CupyArray(), _CupyArray(), stream=5) == [(0, 5)]  # a given stream: the caller orders
+    assert launched_on(_TorchCudaTensor(), _TorchCudaTensor()) == 77
+    assert launched_on(_CupyArray(), _CupyArray()) == 4242
+    assert launched_on(_TorchCudaTensor(), _CupyArray()) == 77  # the first operand's framework
+    assert launched_on(_CudaArray(), _CudaArray(), out=_CupyArray()) == 4242  # an out's framework too
+    assert launched_on(acme(), zframe()) == 0  # frameworks cuplug does not know: the instance stream
+    assert launched_on(_CupyArray(), _CupyArray(), stream=5) == 5  # a given stream wins
     parameter = type("Parameter", (_TorchCudaTensor,), {"__module__": "torch.nn.parameter"})  # a subclass's module
-    assert waits_after(parameter(), parameter()) == [(77, 0)]
+    assert launched_on(parameter(), parameter()) == 77
+    current["cupy"] = 0  # CuPy's default stream is the legacy one: 1 to C, never the instance's 0
+    assert launched_on(_CupyArray(), _CupyArray()) == 1
     monkeypatch.delitem(sys.modules, "torch")  # a framework not imported cannot be asked
-    assert waits_after(_TorchCudaTensor(), _TorchCudaTensor()) == []
+    assert launched_on(_TorchCudaTensor(), _TorchCudaTensor()) == 0
 
     def broken():
         raise RuntimeError("no current stream")
 
-    sys.modules["cupy"].cuda.get_current_stream = broken  # a framework that cannot say: the call still runs
-    assert waits_after(_CupyArray(), _CupyArray()) == []
+    sys.modules["cupy"].cuda.get_current_stream = broken  # a framework that cannot say: the instance stream
+    assert launched_on(_CupyArray(), _CupyArray()) == 0
 
 
 def test_a_tensor_left_by_close_is_not_freed_again_when_dropped(cpu, spy):

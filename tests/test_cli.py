@@ -628,7 +628,7 @@ def test_a_step_that_does_not_finish_in_time_ends_the_process_with_10(monkeypatc
     assert exits == [reasons.EXIT_CODES[reasons.DRIVER_INIT_FAILED]] and time.monotonic() - t0 < 5
     assert capsys.readouterr().err == (
         "cuplug: step 'decide (driver probe)' did not finish within 0.25 s; "
-        "the driver or GPU is not answering (check nvidia-smi, dmesg)\n"
+        "the driver or GPU is not answering (check nvidia-smi, dmesg; a slow but working machine: --timeout)\n"
     )
 
 

@@ -87,11 +87,34 @@ def _framework_stream(obj: Any, device: int) -> int | None:
     mod = sys.modules.get(root)
     try:
         if root == "torch" and mod is not None:
+            raw = getattr(getattr(mod, "_C", None), "_cuda_getCurrentRawStream", None)  # 0.2 us; current_stream()
+            if raw is not None:  # makes a Stream object first
+                try:
+                    return int(raw(device))
+                except Exception:  # (a build without CUDA says so here; current_stream() below decides)
+                    pass
             return int(mod.cuda.current_stream(device).cuda_stream)
         if root == "cupy" and mod is not None:
             return int(mod.cuda.get_current_stream().ptr)
     except Exception:  # a framework that cannot say: the caller orders by hand (documented)
         return None
+    return None
+
+
+def _framework_empty(inputs: tuple, out_specs: list[Any]) -> list[Any] | None:
+    """Device outputs from the allocator of the first device input's framework: ``torch.empty`` on its device
+    (PyTorch's caching allocator, stream-ordered on the current stream), ``cupy.empty`` (CuPy's pool); None
+    for any other producer (the backend's own memory then)."""
+    for x in inputs:
+        root = type(x).__module__.partition(".")[0]
+        mod = sys.modules.get(root)
+        if mod is None:
+            continue
+        if root == "torch" and isinstance(x, getattr(mod, "Tensor", ())) and x.is_cuda:
+            return [mod.empty(shape, dtype=getattr(mod, dt.name), device=x.device) for dt, shape in out_specs]
+        if root == "cupy" and isinstance(x, getattr(mod, "ndarray", ())) and all(dt.typestr for dt, _ in out_specs):
+            with mod.cuda.Device(x.device.id):
+                return [mod.empty(shape, dtype=dt.name) for dt, shape in out_specs]
     return None
 
 
@@ -376,6 +399,18 @@ class Backend:
         kind = type(obj)
         if kind is Tensor:
             return obj._arg(self, name)
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(obj, getattr(torch, "Tensor", ())):  # its own accessors (not DLPack:
+            # torch's __dlpack__ costs microseconds a call)
+            arg = operands.from_torch(obj, name, writable)
+            if not arg.host:
+                self._on_this_device(arg.device[1], name)
+            return arg
+        if writable and type(obj).__module__.partition(".")[0] in ("jax", "jaxlib"):
+            raise InvalidInputError(
+                f"{name}: JAX arrays are immutable, so out= cannot write one; take the result "
+                "(jnp.asarray(result) shares its memory), or call the op inside jax.jit through cuplug.jax"
+            )
         if kind is _ndarray():  # a NumPy array is host memory: its buffer export, no DLPack round trip
             view = memoryview(obj)
             if view.format in dtypes.BY_FORMAT:  # else (bfloat16 of ml_dtypes): DLPack names the dtype
@@ -394,13 +429,7 @@ class Backend:
                 return operands.from_dlpack_capsule(obj, _capsule(obj, name), name, writable, (dev_type, dev_id))
             if dev_type != dtypes.DEVICE_CUDA:
                 raise InvalidInputError(f"{name}: DLPack device type {dev_type} is neither the host nor CUDA")
-            if self.device_type != dtypes.DEVICE_CUDA:
-                raise self._cuda_on_cpu(name, dev_id)
-            if dev_id != self.device_index:
-                raise InvalidInputError(
-                    f"{name} is on cuda:{dev_id}, this backend on cuda:{self.device_index}: move it "
-                    f"(x.to('cuda:{self.device_index}')) or load a backend for that device (cuplug.load(device={dev_id}))"
-                )
+            self._on_this_device(dev_id, name)
             capsule = _capsule(obj, name, _c_stream(handshake or 0))
             return operands.from_dlpack_capsule(obj, capsule, name, writable, (dev_type, dev_id))
         if _has(obj, "__cuda_array_interface__"):
@@ -414,6 +443,16 @@ class Backend:
                 f"{name}: expected an array (the buffer protocol, __dlpack__ or __cuda_array_interface__), "
                 f"got {type(obj).__name__}"
             ) from None
+
+    def _on_this_device(self, dev_id: int, name: str) -> None:
+        """A CUDA operand on cuda:``dev_id``: this must be a CUDA backend of that device."""
+        if self.device_type != dtypes.DEVICE_CUDA:
+            raise self._cuda_on_cpu(name, dev_id)
+        if dev_id != self.device_index:
+            raise InvalidInputError(
+                f"{name} is on cuda:{dev_id}, this backend on cuda:{self.device_index}: move it "
+                f"(x.to('cuda:{self.device_index}')) or load a backend for that device (cuplug.load(device={dev_id}))"
+            )
 
     def _cuda_on_cpu(self, name: str, dev_id: int | None) -> InvalidInputError:
         where = f"cuda:{dev_id}" if dev_id is not None else "a CUDA device"
@@ -434,16 +473,26 @@ class Backend:
 
         Host inputs give host results of the caller's kind (NumPy for NumPy, PyTorch for PyTorch CPU
         tensors, ``array.array`` otherwise); a scalar result of host or resident inputs is a Python number.
-        Device inputs (PyTorch, CuPy, JAX CUDA arrays, cuplug Tensors) give backend-owned Tensors, which
-        export ``__dlpack__`` and ``__cuda_array_interface__``. ``out=`` (one array, or a tuple for several
-        outputs) writes into the caller's arrays and returns them. Several outputs come back as a tuple.
+        Device inputs give device results from the caller's own allocator: PyTorch tensors for PyTorch
+        inputs (its caching allocator), CuPy arrays for CuPy inputs (its pool), backend-owned Tensors
+        otherwise (JAX, CAI producers, cuplug Tensors), which export ``__dlpack__`` and
+        ``__cuda_array_interface__``. ``out=`` (one array, or a tuple for several outputs) writes into the
+        caller's arrays and returns them. Several outputs come back as a tuple.
+
+        ``stream=None``: PyTorch and CuPy inputs run on their framework's current stream (ordered with the
+        caller's work by CUDA itself, capturable in a CUDA graph); others on the instance's stream.
         """
         sig = self.ops.get(op)
         if sig is None:
             listed = ", ".join(self.ops) or "none"
             raise UnknownOpError(f"unknown op {shown(op)}; this {self.name} backend has {listed}")
         self._live_handle()
-        launch = stream_handle(stream) if stream is not None else None  # None: the instance's stream
+        if stream is not None:
+            launch: int | None = stream_handle(stream)
+        elif self.device_type == dtypes.DEVICE_CUDA:
+            launch = self._framework_launch(inputs, out)  # None: the instance's stream
+        else:
+            launch = None
         handshake = launch if launch is not None else self._core.stream
         labels = sig.input_labels
         if len(inputs) <= len(labels):
@@ -472,9 +521,14 @@ class Backend:
             # array.array holds a flat copy of any shape: the plan's descriptor carries the op's shape.
             out_args = [self._arg(r, f"{op}: out", True, None) for r in results]
         else:
-            owned = [self.empty(shape, dt) for dt, shape in p.out_specs]
-            results = list(owned)
-            out_args = [t._arg(self, f"{op}: out") for t in owned]
+            made = _framework_empty(inputs, p.out_specs)  # the caller's allocator, on its stream
+            if made is not None:
+                results = made
+                out_args = [self._arg(r, f"{op}: out", True, launch) for r in made]
+            else:
+                owned = [self.empty(shape, dt) for dt, shape in p.out_specs]
+                results = list(owned)
+                out_args = [t._arg(self, f"{op}: out") for t in owned]
         c_launch = _c_stream(launch) if launch is not None else 0
         core = self._core
         try:
@@ -490,8 +544,6 @@ class Backend:
                 p.fill(args, out_args, attrs, op)
                 rc = core.lib.call(handle, p.op, p.c_in, len(args), p.c_out, len(out_args), p.c_attrs, p.n_attrs, c_launch)
                 self._check(rc, op)
-                if not p.host and launch is None:
-                    self._order_frameworks_after(handle, [*inputs, *(results if out is not None else ())])
                 if launch is not None and core.stream and owned:
                     # Resident results written on the caller's stream: the instance stream waits for it now,
                     # so a tensor's writer is always the instance stream (a caller's stream may be destroyed
@@ -563,12 +615,16 @@ class Backend:
         self._plans[key] = made
         return made
 
-    def _order_frameworks_after(self, handle: int, objs: list[Any]) -> None:
-        """The producers' current streams wait for the instance's: what they run next sees our results,
-        and memory they free and reuse is not reused before our work has read it."""
-        waiters = {s for s in (_framework_stream(o, self.device_index) for o in objs) if s is not None}
-        for s in waiters:
-            self._check(self._core.lib.stream_wait(handle, _c_stream(s), 0), "stream order")
+    def _framework_launch(self, inputs: tuple, out: Any) -> int | None:
+        """The current stream of the first PyTorch CUDA tensor or CuPy array among the operands, or None."""
+        outs = (out if isinstance(out, (tuple, list)) else (out,)) if out is not None else ()
+        for x in (*inputs, *outs):
+            root = type(x).__module__.partition(".")[0]
+            if root == "cupy" or (root == "torch" and getattr(x, "is_cuda", True)):
+                found = _framework_stream(x, self.device_index)
+                if found is not None:
+                    return found
+        return None
 
     def _check_room(self, op: str, sig: signature.OpSignature, out_specs: list[Any], on_host: bool) -> None:
         """Outputs about to be allocated fit the memory they are allocated in, checked before anything is:

@@ -232,6 +232,47 @@ def from_memoryview(obj: Any, name: str, writable: bool, view: memoryview | None
     return Arg(ptr, (dtypes.DEVICE_CPU, 0), dt, shape, keep, obj, nbytes)
 
 
+# ---- PyTorch tensors, read through their own accessors (its __dlpack__ costs microseconds a call)
+
+_TORCH_DTYPES: dict[Any, dtypes.DType] = {}
+
+
+def torch_dtypes(torch: Any) -> dict[Any, dtypes.DType]:
+    """torch.float16 -> cuplug's float16, for every dtype both know (PyTorch spells them as NumPy does)."""
+    if not _TORCH_DTYPES:
+        _TORCH_DTYPES.update({getattr(torch, d.name): d for d in dtypes.TABLE if hasattr(torch, d.name)})
+    return _TORCH_DTYPES
+
+
+def from_torch(t: Any, name: str, writable: bool) -> Arg:
+    """A ``torch.Tensor``: what its DLPack export would say (data_ptr() is the first element, storage offset
+    included), with the refusals of that export: no lazily negated or conjugated view, no tensor that
+    requires grad as an output; strided ones refused as everywhere."""
+    import sys
+
+    dt = (_TORCH_DTYPES or torch_dtypes(sys.modules["torch"])).get(t.dtype)
+    if dt is None:
+        raise InvalidInputError(f"{name}: PyTorch dtype {t.dtype} is not a dtype cuplug knows ({', '.join(dtypes.BY_NAME)})")
+    if t.is_neg() or t.is_conj():
+        raise InvalidInputError(f"{name}: a lazily negated/conjugated view; pass x.resolve_neg() / x.resolve_conj()")
+    if writable and t.requires_grad:
+        raise InvalidInputError(f"{name}: an out= tensor that requires grad; pass one under torch.no_grad() or detach()")
+    if not t.is_contiguous():
+        raise not_contiguous(name)
+    device = t.device
+    if device.type == "cuda":
+        where = (dtypes.DEVICE_CUDA, device.index or 0)
+    elif device.type == "cpu":
+        where = (dtypes.DEVICE_CPU, 0)
+    else:
+        raise InvalidInputError(f"{name} is on PyTorch device {device}, neither the host nor CUDA")
+    shape = tuple(t.shape)
+    nbytes = t.numel() * dt.itemsize
+    addr = t.data_ptr()
+    check_span(addr, nbytes, name, "the tensor")
+    return Arg(addr, where, dt, shape, t, t, nbytes)
+
+
 # ---- DLPack
 
 

@@ -64,6 +64,10 @@ MODULES: dict[str, list[list[str]]] = {
     # the ABI binding: an op's declared signature read and checked, DLPack import and export
     "runtime/signature.py": [["tests/test_signature.py"], *API_STAGES, ["tests/test_cpu_abi_v2.py"]],
     "runtime/dlpack.py": [*API_STAGES, ["tests/test_hostile_fork.py"]],
+    # operand import and the prepared call (issues 30, 31): the hostile-operand suite first (in process but for
+    # its fuzz run, leak check and planted backend), then the API's
+    "runtime/operands.py": [["tests/test_hostile_operands.py"], *API_STAGES, ["tests/test_torch_ops.py"]],
+    "runtime/plan.py": [["tests/test_api_v2.py", "tests/test_hostile_operands.py"], API_STAGES[1]],
     "tools/cli.py": [
         ["tests/test_cli.py"],
         [
@@ -93,6 +97,8 @@ for _m in (
     "runtime/api.py",
     "runtime/signature.py",
     "runtime/dlpack.py",
+    "runtime/operands.py",
+    "runtime/plan.py",
 ):
     MODULES[_m][-1] = [*MODULES[_m][-1], LAZY_IMPORTS]
 # A mutant's test command may take this many times the unmutated run's (measured first, per module and

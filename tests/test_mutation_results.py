@@ -54,12 +54,18 @@ def test_every_survivor_listed_is_argued_with_the_argument_kept_for_it():
 
 
 def test_every_argument_names_a_line_its_module_still_has():
+    """Checked for each module whose committed result is of its current source; a module changed since its
+    result is marked **older** in the report (its arguments are of the source it mutated, and the next run
+    of it drops those whose lines went)."""
     by_slug = {mutants._slug(m): m for m in mutants.MODULES}
+    results = _results()
     files = sorted(mutants.EQUIVALENT.glob("*.json"))
     assert files
     for path in files:
         module = by_slug.get(path.stem)
         assert module, f"{path.name} names no module of ci/mutants.py"
+        if module in results and mutants._source_state(results[module]) != "current":
+            continue
         lines = {ln.strip() for ln in (ROOT / "loader" / "cuplug" / module).read_text().splitlines()}
         for key, why in json.loads(path.read_text()).items():
             operator, _, line = key.partition(" | ")

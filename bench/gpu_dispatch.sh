@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Issues 30/31 on the GPU machine in one call: the GPU tests, then the dispatch benchmark twice (bench/
+# bench_dispatch.py, pytest-benchmark), each run's report. Carried: dist/ (the three wheels of this commit).
+# $OUT gets 6 files: run.log, gpu_tests.log, gpu-junit.xml, dispatch-run{1,2}.json, doctor.txt. Usage (device machine, repo root): bash bench/gpu_dispatch.sh
+set -o pipefail
+ROOT=$(pwd)
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/run.log"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$ROOT"/dist/*.whl || exit 1
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 CUPLUG_TEST_WHEELS="$ROOT/dist"
+python3 -c "import torch, cupy, cuplug; print('torch', torch.__version__, 'cupy', cupy.__version__)" | tee -a "$OUT/run.log"
+cd /tmp || exit 1
+timeout ${TEST_TIMEOUT:-240} python3 -m pytest "$ROOT/tests/test_gpu_torch_ops.py" "$ROOT/tests/test_gpu_v2.py" \
+  "$ROOT/tests/test_hostile_operands.py" "$ROOT/tests/test_torch_ops.py" "$ROOT/tests/test_api_v2.py" \
+  "$ROOT/tests/test_api_torch.py" "$ROOT/tests/test_gpu.py" -k "${TESTS_K:-not test_gpu.py or auto_selection or wrong_sass}" \
+  -p no:cacheprovider --rootdir="$ROOT" -c "$ROOT/pyproject.toml" -q -rfE -x --maxfail=8 -o addopts="" \
+  --junitxml="$OUT/gpu-junit.xml" 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+for run in ${RUNS:-1 2}; do
+  timeout 200 python3 -m pytest "$ROOT/bench/bench_dispatch.py" -p no:cacheprovider --rootdir="$ROOT" -q -o addopts="" \
+    --benchmark-json="$OUT/dispatch-run$run.json" --benchmark-columns=median,iqr,min,rounds 2>&1 | tail -45 >> "$OUT/run.log"
+  # the report (JSON + PNG) is made from the raw JSON where matplotlib is: here only its summary lines
+  python3 "$ROOT/bench/dispatch_report.py" "$OUT/dispatch-run$run.json" "/tmp/report$run" | tee -a "$OUT/run.log"
+done
+{ python3 -m cuplug doctor; python3 -m cuplug probe; echo "probe exit $?"; } > "$OUT/doctor.txt" 2>&1; tail -3 "$OUT/doctor.txt"

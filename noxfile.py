@@ -32,7 +32,8 @@ BUILD_TOOLS = [
 RUNTIME_DEPS = ["pyelftools==0.33"]  # cuplug's one dependency (cuplug inspect), fetched beside the wheels
 # cuda-bindings: NVIDIA's own driver bindings, the reference the probe is checked against (fake driver on
 # CPU, the real one on the GPU machine).
-# torch (the CPU build on this machine kind): PyTorch CPU tensors through DLPack, bfloat16 references.
+# torch (the CPU build on this machine kind): PyTorch CPU tensors through DLPack, bfloat16 references,
+# cuplug.torch's ops; jax/jaxlib (CPU): cuplug.jax's FFI targets (its handler builds against jaxlib's headers).
 TEST_DEPS = [
     "pytest==9.0.3",
     "numpy==2.4.6",
@@ -40,6 +41,8 @@ TEST_DEPS = [
     "hypothesis==6.155.2",
     "cuda-bindings==13.5.0",
     "torch==2.13.0",
+    "jax==0.10.2",
+    "jaxlib==0.10.2",
 ]
 LINT_DEPS = [
     "ruff==0.17.6",

@@ -90,6 +90,21 @@ SECTIONS = OrderedDict(
             ),
         ),
         (
+            "test_hostile_operands",
+            (
+                "8. Operands and backends that lie (the DLPack / CAI / buffer boundary)",
+                "`runtime/operands.py` treats each field a producer gives as a claim and checks it before use: "
+                "ndim (0..32) before the shape array is read, extents as integers, the byte size in Python "
+                "integers below 2^56, the address range inside the user address space and, for a host capsule, "
+                "mapped (one `msync`); the buffer pointer is the export's own (`PyObject_GetBuffer`); CAI fields "
+                "are typed and versioned, capsules named, consumed ones refused, versioned ones of major 1 only. "
+                "`out=` may not overlap an input or output (exact in-place on elementwise ops excepted); outputs "
+                "are bounded by the device's memory before allocation. A backend's op table is validated when its "
+                "ping is read; a positive status, an id of 0 or a descriptor unlike its allocation is an error; "
+                "its message lengths are bounded. A fuzz run of 12,000 lying operands checks all of it at once.",
+            ),
+        ),
+        (
             "test_hostile_scaffold",
             (
                 "7. `cuplug new-backend` never overwrites another package",

@@ -506,7 +506,7 @@ class Backend:
                 raise InvalidInputError(f"{op} has {len(sig.outputs)} output(s), out= gave {len(outs_given)}")
             out_args = [self._arg(o, sig.output_labels[i], True, handshake) for i, o in enumerate(outs_given)]
         p = self._plan(sig, args, out_args if out is not None else None, inputs, attrs)
-        resident = bool(args) and all(type(x) is Tensor or isinstance(x, Tensor) for x in inputs)
+        resident = p.resident
         owned: list[Tensor] = []
         if out is not None:
             results = outs_given
@@ -534,16 +534,18 @@ class Backend:
         try:
             with core.lock:
                 handle = self._live_handle()
-                for x in (*inputs, *(results if out is not None else ())):
-                    if isinstance(x, Tensor) and x._dead:  # freed by another thread since it was read
-                        x._handle()  # raises, naming how it went
+                if p.tensors:
+                    for x in (*inputs, *(results if out is not None else ())):
+                        if isinstance(x, Tensor) and x._dead:  # freed by another thread since it was read
+                            x._handle()  # raises, naming how it went
                 on = launch if launch is not None else core.stream
                 for a in (*args, *out_args):
                     if a.stream is not None and a.stream != on:  # a producer stream (resident, CAI v3) first
                         self._check(core.lib.stream_wait(handle, c_launch, _c_stream(a.stream)), f"{op}: stream order")
                 p.fill(args, out_args, attrs, op)
                 rc = core.lib.call(handle, p.op, p.c_in, len(args), p.c_out, len(out_args), p.c_attrs, p.n_attrs, c_launch)
-                self._check(rc, op)
+                if rc:
+                    self._check(rc, op)
                 if launch is not None and core.stream and owned:
                     # Resident results written on the caller's stream: the instance stream waits for it now,
                     # so a tensor's writer is always the instance stream (a caller's stream may be destroyed
@@ -590,7 +592,7 @@ class Backend:
             raise InvalidInputError(
                 f"{sig.name}: a mix of host and device inputs; move them to one side (x.cuda() / x.cpu()) first"
             )
-        resident = bool(args) and all(isinstance(x, Tensor) for x in inputs)
+        resident = bool(args) and all(len(a.spec) == 4 for a in args)
         if out_args is not None:
             for i, (a, (dt, shape)) in enumerate(zip(out_args, out_specs, strict=True)):
                 if a.dtype is not dt or a.shape != shape:
@@ -610,6 +612,10 @@ class Backend:
             out_devices = [here] * len(out_specs)
         per_call = tuple(n for n in given if n not in dict(sized))
         made = plan.Plan(sig, [a.spec for a in args], out_specs, out_devices, attr_values, per_call, host)
+        made.resident = resident
+        made.tensors = any(len(a.spec) == 4 for a in (*args, *(out_args or ())))
+        # an allocated resident output: the device its backend's descriptor names is written per call
+        made.out_devices_per_call = out_args is None and not (host and not resident)
         if len(self._plans) >= plan.MAX_PLANS:
             self._plans.clear()
         self._plans[key] = made
@@ -883,6 +889,7 @@ class Tensor:
             arg = _Arg(addr, (d.device_type, d.device_id), self.dtype, self.shape, None, None, self.nbytes)
             arg.host = self.backend.device_type != dtypes.DEVICE_CUDA  # the backend's side, whatever C calls it
             arg.stream = self._core.stream  # every write of a tensor is ordered on the instance stream (run())
+            arg.spec = (*arg.spec, "resident")  # a plan knows its resident operands from its key
             self._as_arg = arg
         return arg
 

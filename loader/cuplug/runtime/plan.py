@@ -34,7 +34,7 @@ def _descriptors(specs: list[tuple[dtypes.DType, tuple[int, ...], tuple[int, int
     (each write goes straight into the array) and the shape arrays they point into."""
     array = (abi.CTensor * max(len(specs), 1))()
     shapes = []
-    for i, (dt, shape, device) in enumerate(specs):
+    for i, (dt, shape, device, *_) in enumerate(specs):  # a resident operand's spec says so in a 4th item
         extents = (ctypes.c_int64 * max(len(shape), 1))(*shape)
         shapes.append(extents)
         t = array[i]
@@ -58,9 +58,12 @@ class Plan:
         "in_items",
         "n_attrs",
         "op",
+        "out_devices_per_call",
         "out_items",
         "out_specs",
         "per_call",
+        "resident",
+        "tensors",
     )
 
     def __init__(
@@ -90,14 +93,21 @@ class Plan:
         by_name = {a.name: a for a in sig.attrs}
         self.per_call = tuple((self.c_attrs[slots[n]], by_name[n]) for n in per_call)
         self._keep = (in_shapes, out_shapes, names)
+        self.resident = False  # every input a backend-owned Tensor (Backend._plan sets these three)
+        self.tensors = False  # any operand a Tensor: its liveness is checked at each call
+        self.out_devices_per_call = False
 
     def fill(self, args: list[Any], out_args: list[Any], attrs: dict[str, Any], op: str) -> None:
         """This call's addresses and attribute values (checked: Attr.value_of raises on a bad one)."""
         for item, a in zip(self.in_items, args, strict=True):
             item.data = a.addr
-        for item, a in zip(self.out_items, out_args, strict=True):
-            item.data = a.addr
-            item.device_type, item.device_id = a.device  # an allocated output's, as its backend describes it
+        if self.out_devices_per_call:  # an allocated output's device, as its backend describes it
+            for item, a in zip(self.out_items, out_args, strict=True):
+                item.data = a.addr
+                item.device_type, item.device_id = a.device
+        else:
+            for item, a in zip(self.out_items, out_args, strict=True):
+                item.data = a.addr
         for slot, attr in self.per_call:
             set_attr(slot, attr.kind, attr.value_of(attrs[attr.name], op))
 

@@ -1,0 +1,134 @@
+"""A backend's ops as JAX FFI targets: ``cuplug.jax.register(backend)`` gives one function per op that
+``jax.jit`` compiles into an XLA custom call, run on XLA's buffers (and, on CUDA, XLA's stream) without
+a host round trip.
+
+Each call is ``jax.ffi.ffi_call`` to cuplug's one typed XLA FFI handler (``xla_ffi.cc``), which calls the
+backend's ``cuplug_backend_call`` on the instance that ``backend`` holds; the result shapes and dtypes
+come from the op's shape rules, checked at trace time (a bad call fails while tracing, naming the op and
+the operand). The handler is compiled once per jaxlib version and source, on first use, with the C++
+compiler (``$CXX``, else ``c++``) against the headers jaxlib ships (``jax.ffi.include_dir()``), into the
+user cache (``~/.cache/cuplug/xla-ffi``); without a compiler, ``register`` says so.
+
+JAX arrays are immutable: outputs are always new buffers (``run(out=...)`` refuses a JAX array).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+from ..contract import dtypes
+from ..contract.errors import ConfigError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ..runtime.api import Backend
+    from ..runtime.signature import OpSignature
+
+SOURCE = Path(__file__).with_name("xla_ffi.cc")
+_registered: dict[str, Any] = {}  # platform -> the handler library (kept loaded)
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "cuplug" / "xla-ffi"
+
+
+def handler_library(jax: Any) -> Path:
+    """The compiled handler for this jaxlib and this source: built once, then found in the cache."""
+    import jaxlib
+
+    include = jax.ffi.include_dir()
+    digest = hashlib.sha256(SOURCE.read_bytes() + jaxlib.__version__.encode()).hexdigest()[:16]
+    lib = _cache_dir() / f"libcuplug_xla-{jaxlib.__version__}-{digest}.so"
+    if lib.is_file():
+        return lib
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    cxx = os.environ.get("CXX", "c++")
+    tmp = lib.with_suffix(f".{os.getpid()}.tmp")
+    cmd = [cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-w", f"-I{include}", str(SOURCE), "-o", str(tmp)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"cuplug.jax: building the XLA FFI handler needs a C++ compiler ({cxx!r} not found; set CXX or "
+            "install g++)"
+        ) from None
+    if proc.returncode != 0:
+        raise ConfigError(f"cuplug.jax: compiling {SOURCE.name} failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
+    os.replace(tmp, lib)  # atomic: a concurrent first use sees a whole library or none
+    return lib
+
+
+def _targets(jax: Any, cuda: bool) -> str:
+    """Registers cuplug's handler with XLA for the platform (once per process); the target's name."""
+    platform = "CUDA" if cuda else "cpu"
+    name = f"cuplug_call_{platform.lower()}"
+    if platform not in _registered:
+        lib = ctypes.CDLL(str(handler_library(jax)))
+        symbol = lib.cuplug_xla_call_cuda if cuda else lib.cuplug_xla_call_host
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(symbol), platform=platform)
+        _registered[platform] = lib
+    return name
+
+
+def register(backend: Backend, prefix: str = "") -> Any:
+    """``ops.<op>(*arrays, **attrs)`` for every op of ``backend``, usable inside ``jax.jit``; returns a namespace
+    of them. The backend must stay open while they are used (it holds the instance they call)."""
+    import types
+
+    import jax
+
+    cuda = backend.device_type == dtypes.DEVICE_CUDA
+    target = _targets(jax, cuda)
+    lib = backend._core.lib.lib
+    fn = ctypes.cast(lib.cuplug_backend_call, ctypes.c_void_p).value
+    last_error = ctypes.cast(lib.cuplug_backend_last_error, ctypes.c_void_p).value
+    ops = types.SimpleNamespace()
+    for name, sig in backend.ops.items():
+        setattr(ops, prefix + name, _op(jax, backend, sig, target, fn, last_error))
+    return ops
+
+
+def _op(jax: Any, backend: Backend, sig: OpSignature, target: str, fn: int, last_error: int) -> Any:
+    import numpy as np
+
+    jnp = jax.numpy
+    kinds = "".join("i" if a.kind == "int64" else "f" for a in sig.attrs)
+    names = ",".join(a.name for a in sig.attrs)
+
+    def op(*xs: Any, **attrs: Any) -> Any:
+        specs = []
+        for x in xs:
+            dt = dtypes.from_name(str(jnp.result_type(x)))  # a tracer's dtype is known while tracing
+            specs.append((dt, tuple(x.shape)))
+        values = sig.attr_values(attrs)
+        sig.check_inputs(specs, values)
+        out_specs = sig.output_specs(specs, values)
+        result_types = [
+            jax.ShapeDtypeStruct(shape, jnp.bfloat16 if dt.name == "bfloat16" else np.dtype(dt.name))
+            for dt, shape in out_specs
+        ]
+        handle = backend._live_handle()
+        call = jax.ffi.ffi_call(target, result_types if len(result_types) > 1 else result_types[0])
+        return call(
+            *xs,
+            fn=np.int64(fn),
+            last_error=np.int64(last_error),
+            handle=np.int64(handle),
+            op=sig.name,
+            attr_names=names,
+            attr_kinds=kinds,
+            attr_ints=np.array([v for _, k, v in values if k == "int64"] or [0], dtype=np.int64),
+            attr_floats=np.array([v for _, k, v in values if k == "float64"] or [0.0], dtype=np.float64),
+        )
+
+    op.__name__ = op.__qualname__ = sig.name
+    op.__doc__ = f"{sig!r}, through XLA's FFI (cuplug.jax)"
+    return op
+

@@ -44,6 +44,35 @@ EQUIVALENT = ROOT / "ci" / "mutants_equivalent"
 # The API's tests without PyTorch first (its import costs 3 s a mutant), then the PyTorch interop tests.
 REFERENCE_PAGES = "tests/test_contract.py::test_the_reference_pages_are_what_the_code_says"
 API_STAGES = [["tests/test_api.py", "tests/test_api_v2.py"], ["tests/test_api_torch.py"]]
+# test_hostile_operands.py's in-process tests (its fuzz run, leak check and planted backend start processes:
+# seconds a mutant; they meet only the survivors, in the next stage)
+OPERANDS_IN_PROCESS = [
+    f"tests/test_hostile_operands.py::{t}"
+    for t in (
+        "test_dlpack_metadata_is_bounded_before_it_is_used",
+        "test_a_dlpack_device_that_is_no_device_is_refused",
+        "test_a_max_version_that_is_no_pair_is_a_clear_error",
+        "test_the_pointer_is_the_exports_own",
+        "test_read_only_buffers_are_read_in_place_and_released",
+        "test_capsules_of_unknown_layouts_are_refused",
+        "test_a_versioned_capsule_of_major_1_is_read_with_its_flags",
+        "test_a_producer_whose_dlpack_raises_is_named",
+        "test_cuda_array_interface_fields_are_checked",
+        "test_an_honest_cuda_array_interface_reaches_c",
+        "test_partial_overlap_is_refused_and_exact_in_place_is_allowed",
+        "test_two_outputs_over_the_same_memory_are_refused",
+        "test_an_undocumented_positive_status_is_an_error",
+        "test_an_alloc_that_answers_0_is_no_tensor",
+        "test_a_descriptor_that_differs_from_the_allocation_is_refused",
+        "test_a_huge_declared_output_is_refused_before_allocation",
+        "test_a_long_op_or_attribute_name_is_cut_in_the_message",
+        "test_an_input_of_another_dtype_of_the_same_size_is_refused",
+        "test_resident_inputs_are_checked_against_the_signature_too",
+        "test_the_producer_stream_of_an_out_array_is_waited_for",
+        "test_a_sum_of_resident_cuda_tensors_is_a_python_number",
+        "test_a_tensor_used_in_calls_is_freed_when_its_last_reference_goes",
+    )
+]
 MODULES: dict[str, list[list[str]]] = {
     # (tests/test_third_major.py runs a cuplug of its own site, patched to declare a cuda14 extra: no mutant there)
     # the reference pages (docs/reference/) are generated from the tables: the docs say what the code does
@@ -66,8 +95,8 @@ MODULES: dict[str, list[list[str]]] = {
     "runtime/dlpack.py": [*API_STAGES, ["tests/test_hostile_fork.py"]],
     # operand import and the prepared call (issues 30, 31): the hostile-operand suite first (in process but for
     # its fuzz run, leak check and planted backend), then the API's
-    "runtime/operands.py": [["tests/test_hostile_operands.py"], *API_STAGES, ["tests/test_torch_ops.py"]],
-    "runtime/plan.py": [["tests/test_api_v2.py", "tests/test_hostile_operands.py"], API_STAGES[1]],
+    "runtime/operands.py": [OPERANDS_IN_PROCESS, ["tests/test_hostile_operands.py"], *API_STAGES, ["tests/test_torch_ops.py"]],
+    "runtime/plan.py": [["tests/test_api_v2.py", *OPERANDS_IN_PROCESS], ["tests/test_hostile_operands.py"], API_STAGES[1]],
     "tools/cli.py": [
         ["tests/test_cli.py"],
         [

@@ -583,6 +583,26 @@ def test_a_one_element_tensor_with_a_null_data_pointer_is_refused(lib, handle):
     assert one == 2.0 and out == 0
 
 
+@pytest.mark.parametrize(
+    ("data", "offset"),
+    [(0x1000, (1 << 64) - 8), ((1 << 64) - 8, 0), ((1 << 64) - 64, 60), ((1 << 64) - 4, 2)],
+    ids=["offset-wraps", "bytes-wrap-the-data", "bytes-wrap-after-the-offset", "offset-and-bytes"],
+)
+def test_a_descriptor_whose_bytes_wrap_the_address_space_is_refused(lib, handle, data, offset):
+    """data + byte_offset + numel * itemsize must not wrap around 2^64: such a descriptor is no memory, and the
+    twin refuses it naming the operand (a C caller that skips the Python checks meets the same bound)."""
+    x = np.ones(4, dtype=np.float32)
+    out = np.zeros((), dtype=np.float32)
+    expect_error(
+        lib,
+        handle,
+        lib.call(handle, "sum", [tensor(x, data=data, byte_offset=offset)], [tensor(out)]),
+        E_INVALID_ARGUMENT,
+        "run past the end of the address space",
+    )
+    assert out == 0
+
+
 def test_ndim_bounds_are_0_to_32_inclusive(lib, handle):
     """cuplug accepts 0..32 dimensions: 32 (the documented maximum) works in calls and resident tensors; a
     negative ndim is refused as such, never read as a scalar."""

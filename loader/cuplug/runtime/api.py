@@ -118,10 +118,14 @@ def _framework_empty(inputs: tuple, out_specs: list[Any]) -> list[Any] | None:
     return None
 
 
+_NDARRAY: list[type | None] = [None]
+
+
 def _ndarray() -> type | None:
-    """numpy.ndarray once NumPy is imported (by anyone); None before: cuplug never imports it itself."""
-    np = sys.modules.get("numpy")
-    return getattr(np, "ndarray", None)
+    """numpy.ndarray once NumPy is imported (by anyone; cuplug never imports it itself), then remembered."""
+    nd = getattr(sys.modules.get("numpy"), "ndarray", None)
+    _NDARRAY[0] = nd
+    return nd
 
 
 def _has(obj: Any, protocol: str) -> bool:
@@ -399,6 +403,10 @@ class Backend:
         kind = type(obj)
         if kind is Tensor:
             return obj._arg(self, name)
+        if kind is _NDARRAY[0] or (_NDARRAY[0] is None and kind is _ndarray()):  # NumPy, the host's usual array:
+            view = memoryview(obj)  # its buffer export, no DLPack round trip
+            if view.format in dtypes.BY_FORMAT:  # else (bfloat16 of ml_dtypes): DLPack names the dtype
+                return operands.from_memoryview(obj, name, writable, view)
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(obj, getattr(torch, "Tensor", ())):  # its own accessors (not DLPack:
             # torch's __dlpack__ costs microseconds a call)
@@ -411,10 +419,6 @@ class Backend:
                 f"{name}: JAX arrays are immutable, so out= cannot write one; take the result "
                 "(jnp.asarray(result) shares its memory), or call the op inside jax.jit through cuplug.jax"
             )
-        if kind is _ndarray():  # a NumPy array is host memory: its buffer export, no DLPack round trip
-            view = memoryview(obj)
-            if view.format in dtypes.BY_FORMAT:  # else (bfloat16 of ml_dtypes): DLPack names the dtype
-                return operands.from_memoryview(obj, name, writable, view)
         if isinstance(obj, Tensor):
             return obj._arg(self, name)
         if _has(obj, "__dlpack__") and _has(obj, "__dlpack_device__"):

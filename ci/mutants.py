@@ -95,7 +95,12 @@ MODULES: dict[str, list[list[str]]] = {
     "runtime/dlpack.py": [*API_STAGES, ["tests/test_hostile_fork.py"]],
     # operand import and the prepared call (issues 30, 31): the hostile-operand suite first (in process but for
     # its fuzz run, leak check and planted backend), then the API's
-    "runtime/operands.py": [OPERANDS_IN_PROCESS, ["tests/test_hostile_operands.py"], *API_STAGES, ["tests/test_torch_ops.py"]],
+    "runtime/operands.py": [
+        OPERANDS_IN_PROCESS,
+        ["tests/test_hostile_operands.py::test_fuzz_lying_operands", "tests/test_api_v2.py"],
+        ["tests/test_hostile_operands.py", "tests/test_api.py"],
+        [*API_STAGES[1], "tests/test_torch_ops.py"],
+    ],
     "runtime/plan.py": [["tests/test_api_v2.py", *OPERANDS_IN_PROCESS], ["tests/test_hostile_operands.py"], API_STAGES[1]],
     "tools/cli.py": [
         ["tests/test_cli.py"],

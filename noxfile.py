@@ -488,12 +488,29 @@ def bench(session: nox.Session) -> None:
             session.chdir(tmp)
             for run in range(1, runs + 1):
                 raw = out / f"bench-run{run}.json"
-                cmd = ["python", "-m", "pytest", str(ROOT / "bench" / "bench_dispatch.py"), "-p", "no:cacheprovider",
-                       f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml"), "-q", f"--benchmark-json={raw}"]
+                cmd = [
+                    "python",
+                    "-m",
+                    "pytest",
+                    str(ROOT / "bench" / "bench_dispatch.py"),
+                    "-p",
+                    "no:cacheprovider",
+                    f"--rootdir={ROOT}",
+                    "-c",
+                    str(ROOT / "pyproject.toml"),
+                    "-q",
+                    f"--benchmark-json={raw}",
+                ]
                 out.mkdir(parents=True, exist_ok=True)
                 session.run(*cmd, env={"CUPLUG_BACKEND": "cpu"} if not _has_gpu() else {})
-                session.run("python", str(ROOT / "bench" / "dispatch_report.py"), str(raw), str(out / f"run{run}"),
-                            "--command", " ".join(cmd))
+                session.run(
+                    "python",
+                    str(ROOT / "bench" / "dispatch_report.py"),
+                    str(raw),
+                    str(out / f"run{run}"),
+                    "--command",
+                    " ".join(cmd),
+                )
         return
     out = ROOT / "bench" / "results" / f"{datetime.date.today()}-{platform.node() or 'gpu'}"
     with tempfile.TemporaryDirectory() as tmp:

@@ -46,9 +46,7 @@ def _bench(benchmark, fn, group):
 # ---- the host (CPU machine, or the CPU twin anywhere) ------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "path", ["np.add(out=)", "run(out=) numpy", "run numpy", "run(out=) resident", "run resident"]
-)
+@pytest.mark.parametrize("path", ["np.add(out=)", "run(out=) numpy", "run numpy", "run(out=) resident", "run resident"])
 def test_per_call_host(benchmark, backend, path):
     if backend.device_type == 2:
         pytest.skip("the host paths are timed on the CPU twin")

@@ -101,7 +101,11 @@ MODULES: dict[str, list[list[str]]] = {
         ["tests/test_hostile_operands.py", "tests/test_api.py"],
         [*API_STAGES[1], "tests/test_torch_ops.py"],
     ],
-    "runtime/plan.py": [["tests/test_api_v2.py", *OPERANDS_IN_PROCESS], ["tests/test_hostile_operands.py"], API_STAGES[1]],
+    "runtime/plan.py": [
+        ["tests/test_api_v2.py", *OPERANDS_IN_PROCESS],
+        ["tests/test_hostile_operands.py"],
+        API_STAGES[1],
+    ],
     "tools/cli.py": [
         ["tests/test_cli.py"],
         [

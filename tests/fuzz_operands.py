@@ -17,10 +17,10 @@ import os
 import random
 
 import numpy as np
-from hostile_producers import ExportsOneArrayNamesAnother, LyingCAI, LyingDLPack, cai
 
 import cuplug
 from cuplug.runtime import api
+from hostile_producers import ExportsOneArrayNamesAnother, LyingCAI, LyingDLPack, cai
 
 DTYPES = {  # numpy name -> DLPack (code, bits)
     "float16": (2, 16),
@@ -31,8 +31,15 @@ DTYPES = {  # numpy name -> DLPack (code, bits)
     "int32": (0, 32),
     "int64": (0, 64),
 }
-TYPESTR = {"float16": "<f2", "float32": "<f4", "float64": "<f8", "int8": "|i1", "uint8": "|u1", "int32": "<i4",
-           "int64": "<i8"}
+TYPESTR = {
+    "float16": "<f2",
+    "float32": "<f4",
+    "float64": "<f8",
+    "int8": "|i1",
+    "uint8": "|u1",
+    "int32": "<i4",
+    "int64": "<i8",
+}
 
 
 class CountingLib:
@@ -76,8 +83,20 @@ def _honest_capsule(rng: random.Random, a: np.ndarray) -> dict:
 def _lie(rng: random.Random, f: dict, a: np.ndarray) -> str:
     """Changes ``f`` by one lie a correct boundary always refuses; returns its name."""
     n = a.size
-    kinds = ["ndim", "null-shape", "negative", "overflow", "offset-high", "data-high", "dtype", "device", "version",
-             "name", "not-capsule", "dlpack-device"]
+    kinds = [
+        "ndim",
+        "null-shape",
+        "negative",
+        "overflow",
+        "offset-high",
+        "data-high",
+        "dtype",
+        "device",
+        "version",
+        "name",
+        "not-capsule",
+        "dlpack-device",
+    ]
     if n:
         kinds += ["huge", "offset-past", "data-null", "data-unmapped"]
     if a.ndim >= 2 and all(d >= 2 for d in a.shape):
@@ -182,7 +201,9 @@ def _expected(op: str, xs: list[np.ndarray], attrs: dict) -> np.ndarray:
 def _same(result: object, want: np.ndarray) -> bool:
     if isinstance(result, (int, float)):
         return want.shape == () and float(result) == float(want)
-    got = np.frombuffer(memoryview(result).cast("B"), dtype=want.dtype) if not isinstance(result, np.ndarray) else result
+    got = (
+        np.frombuffer(memoryview(result).cast("B"), dtype=want.dtype) if not isinstance(result, np.ndarray) else result
+    )
     return got.size == want.size and bool(np.all(got.reshape(-1) == want.reshape(-1)))
 
 
@@ -192,7 +213,9 @@ def main(n_cases: int, seed: int) -> None:
     counted = CountingLib(cpu._core.lib)
     host = api.Backend(counted, counted.lib.create(None), dict(cpu._info))
     gpu = api.Backend(
-        counted, counted.lib.create(None), {**cpu._info, "device": {"type": "cuda", "index": 0}, "stream": 0x5000},
+        counted,
+        counted.lib.create(None),
+        {**cpu._info, "device": {"type": "cuda", "index": 0}, "stream": 0x5000},
         cuda="12.4",
     )
     counts = {"cases": 0, "honest_correct": 0, "honest_reached_c": 0, "lies_refused": 0}
@@ -215,7 +238,7 @@ def main(n_cases: int, seed: int) -> None:
             operands = []
             for x in xs:
                 f = _honest_capsule(rng, x)
-                if rng.random() < 0.6 and not lies or rng.random() < 0.1:
+                if (rng.random() < 0.6 and not lies) or rng.random() < 0.1:
                     for _ in range(rng.randint(1, 3)):
                         lies.append(_lie(rng, f, x))
                 operands.append(LyingDLPack(**f))
@@ -237,8 +260,9 @@ def main(n_cases: int, seed: int) -> None:
             d = cai(ptr=0x7F0000000000, shape=a.shape, typestr=TYPESTR[dtype])
             if rng.random() < 0.7:
                 lies.append(_cai_lie(rng, d))
-            operands = [LyingCAI(d)] + ([LyingCAI(cai(ptr=0x7F0000100000, shape=a.shape, typestr=TYPESTR[dtype]))]
-                                          if op == "add" else [])
+            operands = [LyingCAI(d)] + (
+                [LyingCAI(cai(ptr=0x7F0000100000, shape=a.shape, typestr=TYPESTR[dtype]))] if op == "add" else []
+            )
         else:  # out= arrays: honest, read-only, overlapping or lying
             operands = list(xs)
             want_shape = a.shape if op != "sum" else ()
@@ -253,7 +277,7 @@ def main(n_cases: int, seed: int) -> None:
             elif kind == "overlap":
                 big = np.concatenate([a.reshape(-1), np.zeros(2, a.dtype)])
                 operands[0] = big[: a.size].reshape(a.shape)
-                out = big[1 : a.size + 1].reshape(a.shape) if op != "sum" else big[: 1].reshape(())
+                out = big[1 : a.size + 1].reshape(a.shape) if op != "sum" else big[:1].reshape(())
                 lies.append(kind)
             elif kind == "lying-capsule":
                 target = np.zeros(want_shape, a.dtype)
@@ -277,7 +301,7 @@ def main(n_cases: int, seed: int) -> None:
             else:
                 bad.append([f"{op} {dtype}{list(a.shape)} honest", f"{type(exc).__name__}: {exc}"])
             continue
-        except Exception as exc:  # noqa: BLE001 - any other exception is the finding
+        except Exception as exc:
             bad.append([f"{op} {lies or 'honest'}", f"{type(exc).__name__}: {exc}"])
             continue
         if lies:

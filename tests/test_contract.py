@@ -205,7 +205,9 @@ def test_no_import_cycle():
     graph = _package_imports()
     # cuplug.__init__ is only a lazy facade: its imports are for type checkers (TYPE_CHECKING), so it is no edge
     graph = {m: {t for t in ts if t != "cuplug"} for m, ts in graph.items()}
-    modules = {m for m in graph if not m.endswith(("contract", "runtime", "tools", "build", "frameworks")) and m != "cuplug"}
+    modules = {
+        m for m in graph if not m.endswith(("contract", "runtime", "tools", "build", "frameworks")) and m != "cuplug"
+    }
 
     def reach(start: str) -> set[str]:
         seen, todo = set(), [start]

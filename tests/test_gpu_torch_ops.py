@@ -5,6 +5,7 @@ Skips without a GPU (the CPU half is tests/test_torch_ops.py)."""
 from __future__ import annotations
 
 import sys
+from typing import ClassVar
 
 import pytest
 
@@ -109,7 +110,7 @@ def test_a_lying_cai_over_real_memory_is_refused_by_the_backend(b):
     t = torch.ones(1024, device="cuda")
 
     class Liar:
-        __cuda_array_interface__ = {
+        __cuda_array_interface__: ClassVar[dict] = {
             "shape": (1 << 22,),
             "typestr": "<f4",
             "data": (t.data_ptr(), False),

@@ -18,14 +18,14 @@ import sys
 
 import numpy as np
 import pytest
-from hostile_producers import ExportsOneArrayNamesAnother, LyingCAI, LyingDLPack, cai
-from test_api_v2 import STREAM, _over, _Spy
 
 import cuplug
-from cuplug.contract.errors import BackendError, InvalidInputError, OutOfMemoryError
-from cuplug.contract import dtypes
-from cuplug.runtime import hostbuf, library
 from conftest import HERE, ROOT, build_shared_library, env_for, needs_wheels, run_py
+from cuplug.contract import dtypes
+from cuplug.contract.errors import BackendError, InvalidInputError, OutOfMemoryError
+from cuplug.runtime import hostbuf, library
+from hostile_producers import ExportsOneArrayNamesAnother, LyingCAI, LyingDLPack, cai
+from test_api_v2 import STREAM, _over, _Spy
 
 rel = pytest.mark.reliability
 F32, I32 = (2, 32, 1), (0, 32, 1)
@@ -143,8 +143,7 @@ def test_a_max_version_that_is_no_pair_is_a_clear_error(b, max_version):
 
 @rel(
     case="a read-only buffer whose __array_interface__ names other memory",
-    how="bytes [1, 2, 3, 4] (read-only) whose __array_interface__ points at a NumPy array of 200s, or at "
-    "address 16",
+    how="bytes [1, 2, 3, 4] (read-only) whose __array_interface__ points at a NumPy array of 200s, or at address 16",
     expect="sum reads the exported bytes: 10, never 800 and never a segfault",
 )
 @pytest.mark.parametrize("named", ["another-array", "unmapped"])
@@ -175,8 +174,7 @@ def test_read_only_buffers_are_read_in_place_and_released(b):
     case="DLPack capsules of another version, name or kind",
     how="versioned capsules of major 99 and 0; a capsule named 'used_dltensor' (consumed), 'garbage'; "
     "__dlpack__ returning an int, a str or None, or raising",
-    expect="InvalidInputError naming the operand and what was wrong (no TypeError); no field of an unknown "
-    "layout read",
+    expect="InvalidInputError naming the operand and what was wrong (no TypeError); no field of an unknown layout read",
 )
 @pytest.mark.parametrize(
     ("fields", "match"),
@@ -199,7 +197,9 @@ def test_capsules_of_unknown_layouts_are_refused(b, fields, match):
 def test_a_versioned_capsule_of_major_1_is_read_with_its_flags(b):
     assert b.run("sum", LyingDLPack(_floats(), version=(1, 3))) == 10.0
     with refused(r"^add: out out: the producer marks this tensor read-only$"):
-        b.run("add", np.ones(4, np.float32), np.ones(4, np.float32), out=LyingDLPack(_floats(), version=(1, 0), flags=1))
+        b.run(
+            "add", np.ones(4, np.float32), np.ones(4, np.float32), out=LyingDLPack(_floats(), version=(1, 0), flags=1)
+        )
 
 
 def test_a_producer_whose_dlpack_raises_is_named(b):
@@ -412,12 +412,23 @@ def test_a_message_longer_than_the_first_buffer_is_read_whole():
 @pytest.mark.parametrize(
     ("ops", "needle"),
     [
-        ({"f": {"inputs": [{"name": "x", "dtypes": ["float32"]}], "outputs": [{"name": "o", "shape": {"like": 3}}]}},
-         "output o's shape names input 3"),
-        ({"f": {"inputs": [{"name": "x", "dtypes": ["float32"]}], "outputs": [{"name": "o", "dtype": {"fixed": "float7"}}]}},
-         "the dtype 'float7'"),
-        ({"f": {"inputs": [{"name": "x", "dtypes": ["float32"]}], "size_rules": [{"input": 9, "min": 1}]}},
-         "a size rule names input 9"),
+        (
+            {"f": {"inputs": [{"name": "x", "dtypes": ["float32"]}], "outputs": [{"name": "o", "shape": {"like": 3}}]}},
+            "output o's shape names input 3",
+        ),
+        (
+            {
+                "f": {
+                    "inputs": [{"name": "x", "dtypes": ["float32"]}],
+                    "outputs": [{"name": "o", "dtype": {"fixed": "float7"}}],
+                }
+            },
+            "the dtype 'float7'",
+        ),
+        (
+            {"f": {"inputs": [{"name": "x", "dtypes": ["float32"]}], "size_rules": [{"input": 9, "min": 1}]}},
+            "a size rule names input 9",
+        ),
     ],
     ids=["output-like-3", "fixed-float7", "size-rule-9"],
 )
@@ -444,7 +455,10 @@ def liar_site(site, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("liar")
     so = build_shared_library(
-        HERE / "fake_backends" / "lying_backend.c", out / "liar.so", "-fvisibility=hidden", f"-I{ROOT / 'backends' / 'include'}"
+        HERE / "fake_backends" / "lying_backend.c",
+        out / "liar.so",
+        "-fvisibility=hidden",
+        f"-I{ROOT / 'backends' / 'include'}",
     )
     broken = out / "site"
     shutil.copytree(site, broken, symlinks=True)
@@ -464,10 +478,16 @@ def liar_site(site, tmp_path_factory):
 def test_a_lying_backend_that_loads_is_held_to_the_abi(site, fake_driver_dir, liar_site):
     """The liar's table is valid, so it serves; then its +7, its huge output and its 2 GiB message meet the checks."""
     ops = {
-        "add": {"inputs": [{"name": "x", "dtypes": ["float32"]}, {"name": "y", "like": 0}],
-                "outputs": [{"name": "out"}], "elementwise": True},
-        "iota": {"inputs": [], "outputs": [{"name": "out", "dtype": {"fixed": "float32"}, "shape": {"attr": "n"}}],
-                 "attrs": [{"name": "n", "kind": "int64", "default": 1 << 50}]},
+        "add": {
+            "inputs": [{"name": "x", "dtypes": ["float32"]}, {"name": "y", "like": 0}],
+            "outputs": [{"name": "out"}],
+            "elementwise": True,
+        },
+        "iota": {
+            "inputs": [],
+            "outputs": [{"name": "out", "dtype": {"fixed": "float32"}, "shape": {"attr": "n"}}],
+            "attrs": [{"name": "n", "kind": "int64", "default": 1 << 50}],
+        },
     }
     code = (
         "import json, cuplug, array\n"
@@ -487,14 +507,19 @@ def test_a_lying_backend_that_loads_is_held_to_the_abi(site, fake_driver_dir, li
     assert got["iota-small"][0] == "BackendError"  # allocated (3 elements), then +7
     env.update(LYING_CALL_STATUS="-5", LYING_ERROR_CLAIM=str((1 << 31) - 1))
     got = json.loads(run_py(code, env).stdout.strip().splitlines()[-1])
-    assert got["add"] == ["BackendError", "add: the liar says no [the backend claims a 2147483647-byte message; cut at 16 bytes]"]
+    assert got["add"] == [
+        "BackendError",
+        "add: the liar says no [the backend claims a 2147483647-byte message; cut at 16 bytes]",
+    ]
 
 
 def test_a_huge_declared_output_is_refused_before_allocation(b, spy):
     ops = {
-        "iota": {"inputs": [{"name": "like", "dtypes": ["float32"]}],
-                 "outputs": [{"name": "out", "dtype": {"fixed": "float32"}, "shape": {"attr": "n"}}],
-                 "attrs": [{"name": "n", "kind": "int64", "default": 1 << 40}]}
+        "iota": {
+            "inputs": [{"name": "like", "dtypes": ["float32"]}],
+            "outputs": [{"name": "out", "dtype": {"fixed": "float32"}, "shape": {"attr": "n"}}],
+            "attrs": [{"name": "n", "kind": "int64", "default": 1 << 40}],
+        }
     }
     with _over(b, spy, ops=ops) as big, pytest.raises(OutOfMemoryError, match=r"^iota: output out would be float32\["):
         big.run("iota", np.ones(1, np.float32))
@@ -557,8 +582,7 @@ print(json.dumps({'cores': len(api._cores), 'open': sum(c.handle is not None for
     case="backends dropped without close()",
     how="60 backends loaded, used (host and resident calls, a DLPack export consumed and one not, a failing "
     "call) and dropped without close(), after 20 more of the same; then gc.collect() and malloc_trim",
-    expect="no backend instance or core object left, fds unchanged, RSS within 4 MiB of where the first 20 "
-    "left it",
+    expect="no backend instance or core object left, fds unchanged, RSS within 4 MiB of where the first 20 left it",
 )
 def test_dropped_backends_leave_nothing_behind(monkeypatch):
     got = json.loads(run_py(LEAK_CHECK, dict(__import__("os").environ)).stdout.strip().splitlines()[-1])
@@ -627,20 +651,26 @@ def run_py_args(code: str, *args: str):
     import os
     import subprocess
 
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, env=dict(os.environ)
+    )
 
 
 # ---- behaviours hand-written mutants changed unseen (issue 31's list, the operand side) ----------------------
 
 
-@pytest.mark.parametrize(("x", "y"), [("float32", "int32"), ("float16", "bfloat16"), ("int8", "uint8"), ("int64", "float64")])
+@pytest.mark.parametrize(
+    ("x", "y"), [("float32", "int32"), ("float16", "bfloat16"), ("int8", "uint8"), ("int64", "float64")]
+)
 def test_an_input_of_another_dtype_of_the_same_size_is_refused(b, spy, x, y):
     """dtypes are compared as dtypes, never by item size (float32 and int32 are both 4 bytes)."""
     dt = dtypes.BY_NAME
     with _over(b, spy) as cpu:
         tx, ty = cpu.empty(4, dt[x]), cpu.empty(4, dt[y])
         spy.log.clear()
-        with refused(rf"^add: y must match x in dtype and shape \(dtypes or shapes differ\): y is {y}\[4\], x is {x}\[4\]$"):
+        with refused(
+            rf"^add: y must match x in dtype and shape \(dtypes or shapes differ\): y is {y}\[4\], x is {x}\[4\]$"
+        ):
             cpu.run("add", tx, ty)
         if x != "float16":  # host arrays too (NumPy has no bfloat16)
             with refused(r"^add: y must match x"):

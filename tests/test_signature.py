@@ -83,7 +83,9 @@ def test_a_like_that_points_at_itself_forward_or_nowhere_refuses_the_table(like)
     """Dtypes and shapes are only taken from an input declared before (the C check refuses any other like:
     "not before it"): a table pointing at itself, forward, past the end or at a negative index (never "the last
     input", as a Python index would be) is refused when it is read, naming the op and the input."""
-    with pytest.raises(ValueError, match=rf"^op 'f': malformed signature \(input b \(like\) names input {like}; the op has 3"):
+    with pytest.raises(
+        ValueError, match=rf"^op 'f': malformed signature \(input b \(like\) names input {like}; the op has 3"
+    ):
         op({"inputs": [{"name": "a", "dtypes": ["float32"]}, {"name": "b", "like": like}, {"name": "c", "like": 0}]})
 
 
@@ -95,10 +97,21 @@ def test_a_like_that_points_at_itself_forward_or_nowhere_refuses_the_table(like)
         ({"outputs": [{"name": "o", "dtype": {"accum_of": -1}}]}, "output o's dtype names input -1"),
         ({"outputs": [{"name": "o", "dtype": {"fixed": "float7"}}]}, "output o has the dtype 'float7', which this"),
         ({"outputs": [{"name": "o", "shape": {"like": 1}}]}, "output o's shape names input 1; the op has 1 input"),
-        ({"outputs": [{"name": "o", "shape": {"blocks_of": 5, "attr": "n"}}], "attrs": [{"name": "n", "kind": "int64"}]},
-         "output o's shape names input 5"),
-        ({"outputs": [{"name": "o", "shape": {"blocks_of": 0}}]}, "output o's shape counts blocks of input 0 but names"),
-        ({"outputs": [{"name": "o", "shape": {"attr": "bins"}}]}, "output o's shape is sized by attribute 'bins', which"),
+        (
+            {
+                "outputs": [{"name": "o", "shape": {"blocks_of": 5, "attr": "n"}}],
+                "attrs": [{"name": "n", "kind": "int64"}],
+            },
+            "output o's shape names input 5",
+        ),
+        (
+            {"outputs": [{"name": "o", "shape": {"blocks_of": 0}}]},
+            "output o's shape counts blocks of input 0 but names",
+        ),
+        (
+            {"outputs": [{"name": "o", "shape": {"attr": "bins"}}]},
+            "output o's shape is sized by attribute 'bins', which",
+        ),
         ({"size_rules": [{"input": 3, "min": 1}]}, "a size rule names input 3; the op has 1 input(s)"),
         ({"size_rules": [{"input": 0, "min": -2}]}, "a size rule of input 0 has a negative bound"),
         ({"attrs": [{"name": "a"}, {"name": "a"}]}, "attribute names repeat: ['a', 'a']"),

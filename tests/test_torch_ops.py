@@ -103,8 +103,9 @@ def test_opcheck_and_compile_pass_for_every_op(b):
 
 
 def test_compiled_with_dynamic_shapes_follows_the_shape_rules(ops):
-    f = torch.compile(lambda a, c: ops.sum(ops.scale_add(ops.add(a, c), alpha=3.0)), fullgraph=True, dynamic=True,
-                      backend="aot_eager")
+    f = torch.compile(
+        lambda a, c: ops.sum(ops.scale_add(ops.add(a, c), alpha=3.0)), fullgraph=True, dynamic=True, backend="aot_eager"
+    )
     for n in (5, 17, 1000):
         a, c = torch.ones(n), torch.full((n,), 2.0)
         assert f(a, c).item() == 9.0 * n

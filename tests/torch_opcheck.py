@@ -39,7 +39,9 @@ def check(backend, namespace: str) -> dict[str, dict]:
         same_out = all(torch.equal(o, g) for o, g in zip(outs.values(), got, strict=True))
         checks = opcheck(op.default, tuple(xs), attrs)
         checks_out = opcheck(op.out, tuple(xs), {**attrs, **{n: torch.empty_like(g) for n, g in outs.items()}})
-        compiled = torch.compile(lambda *a: op(*a, **attrs), fullgraph=True, backend="aot_eager")(*xs)
+        compiled = torch.compile(lambda *a, op=op, attrs=attrs: op(*a, **attrs), fullgraph=True, backend="aot_eager")(
+            *xs
+        )
         compiled = list(compiled) if isinstance(compiled, tuple) else [compiled]
         same_compiled = all(torch.equal(c, g) for c, g in zip(compiled, got, strict=True))
         report[name] = {

@@ -56,8 +56,7 @@ def handler_library(jax: Any) -> Path:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     except FileNotFoundError:
         raise ConfigError(
-            f"cuplug.jax: building the XLA FFI handler needs a C++ compiler ({cxx!r} not found; set CXX or "
-            "install g++)"
+            f"cuplug.jax: building the XLA FFI handler needs a C++ compiler ({cxx!r} not found; set CXX or install g++)"
         ) from None
     if proc.returncode != 0:
         raise ConfigError(f"cuplug.jax: compiling {SOURCE.name} failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
@@ -131,4 +130,3 @@ def _op(jax: Any, backend: Backend, sig: OpSignature, target: str, fn: int, last
     op.__name__ = op.__qualname__ = sig.name
     op.__doc__ = f"{sig!r}, through XLA's FFI (cuplug.jax)"
     return op
-

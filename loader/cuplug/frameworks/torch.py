@@ -120,7 +120,9 @@ def _specs(tensors: tuple, torch: Any) -> list[tuple[dtypes.DType, tuple]]:
     for t in tensors:
         dt = known.get(t.dtype)
         if dt is None:
-            raise InvalidInputError(f"PyTorch dtype {t.dtype} is not a dtype cuplug knows ({', '.join(dtypes.BY_NAME)})")
+            raise InvalidInputError(
+                f"PyTorch dtype {t.dtype} is not a dtype cuplug knows ({', '.join(dtypes.BY_NAME)})"
+            )
         specs.append((dt, tuple(t.shape)))
     return specs
 
@@ -129,7 +131,10 @@ def _outputs(sig: OpSignature, tensors: tuple, attrs: dict[str, Any], torch: Any
     specs = _specs(tensors, torch)
     values = sig.attr_values(attrs)
     sig.check_inputs(specs, values)
-    return [torch.empty(shape, dtype=getattr(torch, dt.name), device=device) for dt, shape in sig.output_specs(specs, values)]
+    return [
+        torch.empty(shape, dtype=getattr(torch, dt.name), device=device)
+        for dt, shape in sig.output_specs(specs, values)
+    ]
 
 
 def _device(backend: Backend, tensors: tuple, torch: Any) -> Any:

@@ -500,7 +500,7 @@ class Backend:
         handshake = launch if launch is not None else self._core.stream
         labels = sig.input_labels
         if len(inputs) <= len(labels):
-            args = [self._arg(x, label, False, handshake) for x, label in zip(inputs, labels)]
+            args = [self._arg(x, label, False, handshake) for x, label in zip(inputs, labels, strict=False)]
         else:  # more inputs than declared: refused by the plan, named by index
             args = [self._arg(x, f"{op}: {i}", False, handshake) for i, x in enumerate(inputs)]
         out_args: list[_Arg] = []
@@ -547,7 +547,9 @@ class Backend:
                     if a.stream is not None and a.stream != on:  # a producer stream (resident, CAI v3) first
                         self._check(core.lib.stream_wait(handle, c_launch, _c_stream(a.stream)), f"{op}: stream order")
                 p.fill(args, out_args, attrs, op)
-                rc = core.lib.call(handle, p.op, p.c_in, len(args), p.c_out, len(out_args), p.c_attrs, p.n_attrs, c_launch)
+                rc = core.lib.call(
+                    handle, p.op, p.c_in, len(args), p.c_out, len(out_args), p.c_attrs, p.n_attrs, c_launch
+                )
                 if rc:
                     self._check(rc, op)
                 if launch is not None and core.stream and owned:
@@ -583,7 +585,14 @@ class Backend:
             sized = tuple(
                 (n, by_name[n].value_of(attrs[n], sig.name)) for n in given if n in sig.shape_attrs and n in by_name
             )
-        key = (sig.name, given, sized, *[a.spec for a in args], None, *([] if out_args is None else [a.spec for a in out_args]))
+        key = (
+            sig.name,
+            given,
+            sized,
+            *[a.spec for a in args],
+            None,
+            *([] if out_args is None else [a.spec for a in out_args]),
+        )
         found = self._plans.get(key)
         if found is not None:
             return found
@@ -722,7 +731,11 @@ def _refuse_overlap(sig: signature.OpSignature, args: list[_Arg], out_args: list
             if j == len(args) + k or not a.nbytes or a.addr >= hi or lo >= a.addr + a.nbytes:
                 continue
             is_input = j < len(args)
-            if is_input and sig.elementwise and (a.addr, a.nbytes, a.dtype, a.shape) == (lo, o.nbytes, o.dtype, o.shape):
+            if (
+                is_input
+                and sig.elementwise
+                and (a.addr, a.nbytes, a.dtype, a.shape) == (lo, o.nbytes, o.dtype, o.shape)
+            ):
                 continue
             if is_input:
                 label = sig.inputs[j].name if j < len(sig.inputs) else str(j)
@@ -730,7 +743,11 @@ def _refuse_overlap(sig: signature.OpSignature, args: list[_Arg], out_args: list
                 label = sig.outputs[j - len(args)].name
             kind = "input" if is_input else "output"
             how = "partly overlaps" if (a.addr, a.nbytes) != (lo, o.nbytes) else "is the same memory as"
-            why = " (only an elementwise op may write exactly over one of its inputs)" if is_input and not sig.elementwise else ""
+            why = (
+                " (only an elementwise op may write exactly over one of its inputs)"
+                if is_input and not sig.elementwise
+                else ""
+            )
             raise InvalidInputError(
                 f"{sig.name}: out {sig.outputs[k].name} {how} {kind} {label}{why}; pass an out= array of its own memory"
             )

@@ -83,9 +83,7 @@ class Imported:
     def __init__(self, capsule: Any, name: str = "operand") -> None:
         self.capsule = capsule
         if type(capsule).__name__ != "PyCapsule":  # PyCapsule_IsValid would take any object and say no
-            raise InvalidInputError(
-                f"{name}: __dlpack__() returned a {type(capsule).__name__}, not a DLPack capsule"
-            )
+            raise InvalidInputError(f"{name}: __dlpack__() returned a {type(capsule).__name__}, not a DLPack capsule")
         if _obj_api.PyCapsule_IsValid(capsule, _VERSIONED):
             managed = DLManagedTensorVersioned.from_address(_obj_api.PyCapsule_GetPointer(capsule, _VERSIONED))
             version = (managed.version.major, managed.version.minor)
@@ -195,7 +193,9 @@ def wants_versioned(max_version: Any) -> bool:
         or len(max_version) != 2
         or not all(isinstance(v, int) and not isinstance(v, bool) for v in max_version)
     ):
-        raise InvalidInputError(f"__dlpack__: max_version must be None or a (major, minor) pair, got {shown(max_version)}")
+        raise InvalidInputError(
+            f"__dlpack__: max_version must be None or a (major, minor) pair, got {shown(max_version)}"
+        )
     return max_version >= (1, 0)
 
 

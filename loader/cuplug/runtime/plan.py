@@ -99,14 +99,14 @@ class Plan:
 
     def fill(self, args: list[Any], out_args: list[Any], attrs: dict[str, Any], op: str) -> None:
         """This call's addresses and attribute values (checked: Attr.value_of raises on a bad one)."""
-        for item, a in zip(self.in_items, args):  # as many as the key's specs: no strict= needed
+        for item, a in zip(self.in_items, args, strict=False):  # as many as the key's specs
             item.data = a.addr
         if self.out_devices_per_call:  # an allocated output's device, as its backend describes it
-            for item, a in zip(self.out_items, out_args):
+            for item, a in zip(self.out_items, out_args, strict=False):
                 item.data = a.addr
                 item.device_type, item.device_id = a.device
         else:
-            for item, a in zip(self.out_items, out_args):
+            for item, a in zip(self.out_items, out_args, strict=False):
                 item.data = a.addr
         for slot, attr in self.per_call:
             set_attr(slot, attr.kind, attr.value_of(attrs[attr.name], op))

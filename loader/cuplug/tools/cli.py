@@ -373,7 +373,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
-        "--timeout", type=_timeout, default=STEP_TIMEOUT, help=f"seconds before a hung step is reported ({STEP_TIMEOUT:g})"
+        "--timeout",
+        type=_timeout,
+        default=STEP_TIMEOUT,
+        help=f"seconds before a hung step is reported ({STEP_TIMEOUT:g})",
     )
     p.set_defaults(func=cmd_probe)
     d = sub.add_parser(

@@ -239,6 +239,7 @@ CAI_LIES = {
     "strides-not-itemsize": (cai(strides=(2,)), r"is not C-contiguous"),
     "strides-bytes-not-items": (cai(strides=(5,)), r"is not C-contiguous"),  # 5 // 4 == 1: only % 4 sees it
     "strides-count": (cai(strides=(4, 4)), r"gives 2 strides for 1 dimensions"),
+    "data-triple": (cai(data=(0xD000, False, 1)), r"'data' is \(53248, False, 1\)"),
     "stream-str": (cai(stream="s"), r"'stream' is 's'"),
     "stream-negative": (cai(stream=-3), r"stream -3 is no CUDA stream"),
     "mask": (cai(mask=object()), r"masked arrays are not supported"),
@@ -729,3 +730,94 @@ def test_a_tensor_used_in_calls_is_freed_when_its_last_reference_goes(b, spy):
             assert len(spy.entries("free")) == 2
     finally:
         gc.enable()
+
+
+# ---- the bounds at their edges (what operands.py's mutants changed unseen)
+
+
+def test_the_address_space_bound_is_2_to_the_56(gpu, spy):
+    """A CAI range ending exactly at 2^56 reaches C; one byte past, or starting at 2^56, is refused; a 2^55
+    address is an address; 32 dimensions are allowed, 33 not; an empty array may have a NULL pointer."""
+    for ptr, shape in [((1 << 56) - 16, (4,)), (1 << 55, (4,)), (0xD000, (1,) * 32), (0, (0,)), (0, (3, 0))]:
+        spy.log.clear()
+        with refused(r"is a CUDA tensor"):  # through every check to the twin, which refuses CUDA memory
+            gpu.run("sum", LyingCAI(cai(ptr=ptr, shape=shape)))
+        assert reached_c(spy), (ptr, shape)
+    for ptr, shape, match in [
+        ((1 << 56) - 12, (4,), r"names the address 0xfffffffffffff4 \(\+16 bytes\), outside"),
+        (1 << 56, (0,), r"names the address 0x100000000000000 \(\+0 bytes\), outside"),
+        (1 << 60, (0,), r"names the address 0x1000000000000000 \(\+0 bytes\), outside"),  # empty, still no address
+        (-1, (0,), r"names the address -0x1 \(\+0 bytes\), outside"),
+        (0xD000, (1 << 54,), r"\(72057594037927936 bytes\), more than any address space holds"),
+    ]:
+        with refused(match):
+            gpu.run("sum", LyingCAI(cai(ptr=ptr, shape=shape)))
+
+
+@pytest.mark.parametrize(
+    ("answer", "match"),
+    [
+        ((1, (1 << 31) - 1), None),  # the largest int32 device id: a host capsule's id means nothing, it is read
+        ((1, 1 << 31), r"__dlpack_device__\(\) gave \(1, 2147483648\), not a \(device type, device id\) pair"),
+        ((1 << 31, 0), r"__dlpack_device__\(\) gave \(2147483648, 0\)"),
+        (((1 << 31) - 1, 0), r"DLPack device type 2147483647 is neither the host nor CUDA"),
+        ((0, 0), r"DLPack device type 0 is neither the host nor CUDA"),
+        ((1, -1), r"__dlpack_device__\(\) gave \(1, -1\)"),
+    ],
+)
+def test_a_dlpack_device_is_a_pair_of_int32s(b, answer, match):
+    x = LyingDLPack(_floats(), device=answer if answer[0] == 1 and answer[1] >= 0 else (1, 0), dlpack_device=answer)
+    if match is None:
+        assert b.run("sum", x) == 10.0
+    else:
+        with refused(match):
+            b.run("sum", x)
+
+
+def test_a_capsule_of_another_device_type_is_named_as_such(b):
+    """__dlpack_device__ says the host, the capsule says OpenCL (4): refused naming the capsule's device type."""
+    with refused(r"^sum: x: DLPack device type 4 is neither the host nor CUDA$"):
+        b.run("sum", LyingDLPack(_floats(), device=(4, 0), dlpack_device=(1, 0)))
+
+
+def test_a_stream_whose_index_raises_type_error_is_no_stream(b):
+    class Odd:
+        def __index__(self):
+            raise TypeError("not today")
+
+    t = b.buffer(np.ones(2, np.float32))
+    with refused(r"^__dlpack__: stream must be None or an integer, got <"):
+        t.__dlpack__(stream=Odd())
+
+
+def test_host_capsules_at_odd_or_empty_addresses(b):
+    """An empty tensor at an unmapped address reads nothing and is fine; an unmapped odd address (uint8: no
+    alignment to catch it) is refused by the mapping check; a capsule whose base is unmapped but whose base +
+    byte_offset is the real first element is read correctly (the check is of the first element, not the base)."""
+    assert b.run("sum", LyingDLPack(16, shape=(0,))) == 0.0
+    with refused(r"which are not \(all\) memory of this process"):
+        b.run("sum", LyingDLPack(0x1001, shape=(4,), dtype=(1, 8, 1)))
+    real = np.arange(1, 5, dtype=np.float32)
+    assert b.run("sum", LyingDLPack(16, shape=(4,), byte_offset=real.ctypes.data - 16)) == 10.0
+
+
+def test_a_cai_data_field_is_exactly_a_pair(gpu, spy):
+    with refused(r"'data' is \(53248, False, 1\); it must be a \(pointer, read-only flag\) pair"):
+        gpu.run("sum", LyingCAI(cai(data=(0xD000, False, 1))))
+    assert not reached_c(spy)
+
+
+def test_pytorch_cpu_tensors_their_device_and_their_bytes(b, spy):
+    """A PyTorch CPU tensor reaches C as device (1, 0); its byte size (numel * itemsize) is what the overlap
+    check compares; a tensor on the meta device is named as such."""
+    torch = pytest.importorskip("torch")
+    with _over(b, spy) as cpu:
+        x = torch.arange(4, dtype=torch.float32)
+        spy.log.clear()
+        assert torch.equal(cpu.run("add", x, x), x + x)
+        assert [t["device"] for t in spy.entries("call")[0][1]] == [(1, 0), (1, 0)]
+        base = torch.zeros(12, dtype=torch.float32)
+        with refused(r"^add: out out partly overlaps input x"):
+            cpu.run("add", base[0:8], torch.ones(8), out=base[4:12])
+        with refused(r"is on PyTorch device meta, neither the host nor CUDA"):
+            cpu.run("sum", torch.empty(4, device="meta"))

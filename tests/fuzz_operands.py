@@ -125,7 +125,7 @@ def _lie(rng: random.Random, f: dict, a: np.ndarray) -> str:
     elif kind == "offset-high":
         f["byte_offset"] = rng.choice([(1 << 63) - 8, (1 << 64) - 8, 1 << 57, 1 << 56])
     elif kind == "offset-past":
-        f["byte_offset"] = f.get("byte_offset", 0) + rng.choice([1 << 30, 1 << 40])
+        f["byte_offset"] = f.get("byte_offset", 0) + (1 << 44)  # 16 TiB past: nothing this process maps is there
     elif kind == "data-high":
         f["data"] = rng.choice([1 << 56, 1 << 60, (1 << 64) - 64])
     elif kind == "data-null":

@@ -81,7 +81,8 @@ METADATA_LIES = {
     "extent-negative": (dict(shape=(-4,)), r"with a negative extent"),
     "extents-overflow-int64": (dict(shape=(1 << 32, 1 << 32, 16)), r"more than any address space holds"),
     "2^40-elements-of-16-bytes": (dict(shape=(1 << 40,)), r"not \(all\) memory of this process"),
-    "offset-past-the-buffer": (dict(byte_offset=1 << 30), r"not \(all\) memory of this process"),
+    # 16 TiB past a heap or mapped buffer: beyond anything this process maps (1 GiB past could be another mapping)
+    "offset-past-the-buffer": (dict(byte_offset=1 << 44), r"not \(all\) memory of this process"),
     "data-null-with-elements": (dict(data=0), r"NULL data pointer for 16 bytes"),
     "data-null-with-offset": (dict(data=0, byte_offset=64), r"NULL data pointer with byte_offset 64"),
     "data-unmapped-page": (dict(data=16), r"not \(all\) memory of this process"),

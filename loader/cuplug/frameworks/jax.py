@@ -17,11 +17,12 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import secrets
 import subprocess
 from pathlib import Path
 
 from ..contract import dtypes
-from ..contract.errors import ConfigError
+from ..contract.errors import ConfigError, InvalidInputError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -78,23 +79,30 @@ def _targets(jax: Any, cuda: bool) -> str:
 
 def register(backend: Backend, prefix: str = "") -> Any:
     """``ops.<op>(*arrays, **attrs)`` for every op of ``backend``, usable inside ``jax.jit``; returns a namespace
-    of them. The backend must stay open while they are used (it holds the instance they call)."""
+    of them. They call the instance ``backend`` holds: once it is closed, a compiled call of them is an error
+    (the handler's table of open instances), never a use of freed memory."""
     import types
 
     import jax
 
     cuda = backend.device_type == dtypes.DEVICE_CUDA
     target = _targets(jax, cuda)
+    handler = _registered["CUDA" if cuda else "cpu"]
+    handler.cuplug_xla_track.argtypes, handler.cuplug_xla_track.restype = [ctypes.c_int64, ctypes.c_int64], None
+    token = secrets.randbits(62)  # names this registration in the handler's table of open instances
+    core = backend._core
+    handler.cuplug_xla_track(token, backend._live_handle())
+    core.on_destroy.append(lambda: handler.cuplug_xla_track(token, 0))  # before the instance goes
     lib = backend._core.lib.lib
     fn = ctypes.cast(lib.cuplug_backend_call, ctypes.c_void_p).value
     last_error = ctypes.cast(lib.cuplug_backend_last_error, ctypes.c_void_p).value
     ops = types.SimpleNamespace()
     for name, sig in backend.ops.items():
-        setattr(ops, prefix + name, _op(jax, backend, sig, target, fn, last_error))
+        setattr(ops, prefix + name, _op(jax, backend, sig, target, fn, last_error, token))
     return ops
 
 
-def _op(jax: Any, backend: Backend, sig: OpSignature, target: str, fn: int, last_error: int) -> Any:
+def _op(jax: Any, backend: Backend, sig: OpSignature, target: str, fn: int, last_error: int, token: int) -> Any:
     import numpy as np
 
     jnp = jax.numpy
@@ -103,8 +111,16 @@ def _op(jax: Any, backend: Backend, sig: OpSignature, target: str, fn: int, last
 
     def op(*xs: Any, **attrs: Any) -> Any:
         specs = []
-        for x in xs:
-            dt = dtypes.from_name(str(jnp.result_type(x)))  # a tracer's dtype is known while tracing
+        for i, x in enumerate(xs):
+            label = f"{sig.name}: {sig.inputs[i].name if i < len(sig.inputs) else i}"
+            if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+                raise InvalidInputError(f"{label}: expected a JAX array (jnp.asarray(x)), got {type(x).__name__}")
+            try:
+                dt = dtypes.from_name(str(x.dtype))  # a tracer's dtype is known while tracing
+            except ValueError:
+                raise InvalidInputError(
+                    f"{label}: dtype {x.dtype} is not a dtype cuplug knows ({', '.join(dtypes.BY_NAME)})"
+                ) from None
             specs.append((dt, tuple(x.shape)))
         values = sig.attr_values(attrs)
         sig.check_inputs(specs, values)
@@ -120,6 +136,7 @@ def _op(jax: Any, backend: Backend, sig: OpSignature, target: str, fn: int, last
             fn=np.int64(fn),
             last_error=np.int64(last_error),
             handle=np.int64(handle),
+            token=np.int64(token),
             op=sig.name,
             attr_names=names,
             attr_kinds=kinds,

@@ -8,7 +8,10 @@
 // XLA owns every buffer: inputs are read, results written, on XLA's stream (CUDA) or at once (CPU).
 #include <cstdint>
 #include <cstring>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
+#include <unordered_map>
 #include <string_view>
 #include <vector>
 
@@ -42,6 +45,13 @@ struct Attr {
 using CallFn = int (*)(void*, const char*, const Tensor*, int, Tensor*, int, const Attr*, int, uint64_t);
 using LastErrorFn = int (*)(void*, char*, int);
 
+// The instances compiled calls may still name: token -> handle. A compiled function keeps its attributes
+// for its life; cuplug.jax registers a token when it makes the ops and forgets it just before the backend
+// instance is destroyed, so a later call is an error instead of a use of freed memory. Calls hold the lock
+// shared, forgetting holds it alone: an instance is never destroyed under a running call.
+std::shared_mutex g_live_lock;
+std::unordered_map<int64_t, int64_t> g_live;
+
 bool dtype_of(ffi::DataType t, Dtype* out) {
   switch (t) {  // DLPack codes: 0 int, 1 uint, 2 float, 4 bfloat
     case ffi::DataType::F16: *out = {2, 16, 1}; return true;
@@ -72,8 +82,14 @@ ffi::Error describe(const Buffer& b, int32_t device_type, Tensor* t, std::vector
 }
 
 ffi::Error call(uint64_t stream, int32_t device_type, ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t fn,
-                int64_t last_error, int64_t handle, std::string_view op, std::string_view attr_names,
+                int64_t last_error, int64_t handle, int64_t token, std::string_view op, std::string_view attr_names,
                 std::string_view attr_kinds, ffi::Span<const int64_t> attr_ints, ffi::Span<const double> attr_floats) {
+  std::shared_lock<std::shared_mutex> live(g_live_lock);
+  auto found = g_live.find(token);
+  if (found == g_live.end() || found->second != handle)
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      "cuplug: the backend these ops were made for is closed; register its ops again "
+                      "(cuplug.jax.register) on an open backend and trace the function again");
   std::vector<std::vector<int64_t>> shapes;
   shapes.reserve(args.size() + rets.size());  // the descriptors point into these: no reallocation
   std::vector<Tensor> in(args.size()), out(rets.size());
@@ -119,23 +135,33 @@ ffi::Error call(uint64_t stream, int32_t device_type, ffi::RemainingArgs args, f
 }
 
 ffi::Error call_host(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t fn, int64_t last_error, int64_t handle,
-                     std::string_view op, std::string_view names, std::string_view kinds, ffi::Span<const int64_t> ints,
-                     ffi::Span<const double> floats) {
-  return call(0, 1 /* CPU */, args, rets, fn, last_error, handle, op, names, kinds, ints, floats);
+                     int64_t token, std::string_view op, std::string_view names, std::string_view kinds,
+                     ffi::Span<const int64_t> ints, ffi::Span<const double> floats) {
+  return call(0, 1 /* CPU */, args, rets, fn, last_error, handle, token, op, names, kinds, ints, floats);
 }
 
 ffi::Error call_cuda(void* stream, ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t fn, int64_t last_error,
-                     int64_t handle, std::string_view op, std::string_view names, std::string_view kinds,
-                     ffi::Span<const int64_t> ints, ffi::Span<const double> floats) {
+                     int64_t handle, int64_t token, std::string_view op, std::string_view names,
+                     std::string_view kinds, ffi::Span<const int64_t> ints, ffi::Span<const double> floats) {
   // XLA's stream; 0 would mean the instance's own to the backend, so the legacy stream (1) stands in for NULL
   uint64_t s = stream ? static_cast<uint64_t>(reinterpret_cast<uintptr_t>(stream)) : 1;
-  return call(s, 2 /* CUDA */, args, rets, fn, last_error, handle, op, names, kinds, ints, floats);
+  return call(s, 2 /* CUDA */, args, rets, fn, last_error, handle, token, op, names, kinds, ints, floats);
 }
 
 }  // namespace
 
+// handle != 0: the instance behind token is open; 0: it is about to be destroyed (waits for running calls).
+extern "C" __attribute__((visibility("default"))) void cuplug_xla_track(int64_t token, int64_t handle) {
+  std::unique_lock<std::shared_mutex> hold(g_live_lock);
+  if (handle != 0)
+    g_live[token] = handle;
+  else
+    g_live.erase(token);
+}
+
 #define CUPLUG_FFI_ATTRS                                                                                    \
-  .Attr<int64_t>("fn").Attr<int64_t>("last_error").Attr<int64_t>("handle").Attr<std::string_view>("op") \
+  .Attr<int64_t>("fn").Attr<int64_t>("last_error").Attr<int64_t>("handle").Attr<int64_t>("token")      \
+      .Attr<std::string_view>("op")                                                                     \
       .Attr<std::string_view>("attr_names").Attr<std::string_view>("attr_kinds")                       \
       .Attr<ffi::Span<const int64_t>>("attr_ints").Attr<ffi::Span<const double>>("attr_floats")
 

@@ -63,14 +63,29 @@ def stream_handle(stream: Any) -> int:
     handle = stream if isinstance(stream, int) else _object_stream_handle(stream)
     if handle < 0:  # an address: a negative one is no stream, whoever gives it
         raise InvalidInputError(f"stream handle must be >= 0, got {handle}")
+    if handle >= operands.ADDRESS_END:  # a cudaStream_t is an address (or 1, 2): ctypes would wrap 2^64 to 0
+        raise InvalidInputError(f"stream handle {handle:#x} is no address of this process, so no CUDA stream")
     return handle
 
 
 def _object_stream_handle(stream: Any) -> int:
-    proto = getattr(stream, "__cuda_stream__", None)
+    try:
+        proto = getattr(stream, "__cuda_stream__", None)
+    except Exception as exc:  # a property that raises
+        raise InvalidInputError(
+            f"stream: reading __cuda_stream__ raised {type(exc).__name__}: {cut(str(exc))}"
+        ) from exc
     if proto is not None:
-        _version, handle = proto() if callable(proto) else proto
-        return int(handle)
+        try:
+            _version, handle = proto() if callable(proto) else proto
+            found = operands.as_index(handle)
+        except Exception as exc:
+            raise InvalidInputError(
+                f"stream: __cuda_stream__ gave no (version, handle) pair: {type(exc).__name__}: {cut(str(exc))}"
+            ) from exc
+        if found is None:
+            raise InvalidInputError(f"stream: __cuda_stream__ gave the handle {shown(handle)}, not an integer")
+        return found
     for attr in ("cuda_stream", "ptr", "handle"):  # torch.cuda.Stream, cupy.cuda.Stream, cuda.core Stream
         value = getattr(stream, attr, None)
         if isinstance(value, int):
@@ -83,7 +98,7 @@ def _object_stream_handle(stream: Any) -> int:
 
 def _framework_stream(obj: Any, device: int) -> int | None:
     """The current stream of the framework that made ``obj`` (PyTorch, CuPy), or None."""
-    root = type(obj).__module__.partition(".")[0]
+    root = _root(obj)
     mod = sys.modules.get(root)
     try:
         if root == "torch" and mod is not None:
@@ -106,7 +121,7 @@ def _framework_empty(inputs: tuple, out_specs: list[Any]) -> list[Any] | None:
     (PyTorch's caching allocator, stream-ordered on the current stream), ``cupy.empty`` (CuPy's pool); None
     for any other producer (the backend's own memory then)."""
     for x in inputs:
-        root = type(x).__module__.partition(".")[0]
+        root = _root(x)
         mod = sys.modules.get(root)
         if mod is None:
             continue
@@ -116,6 +131,19 @@ def _framework_empty(inputs: tuple, out_specs: list[Any]) -> list[Any] | None:
             with mod.cuda.Device(x.device.id):
                 return [mod.empty(shape, dtype=dt.name) for dt, shape in out_specs]
     return None
+
+
+def _root(obj: Any) -> str:
+    """The top package of the module that defined ``obj``'s type ("torch", "cupy"); "" when it names none."""
+    module = getattr(type(obj), "__module__", None)
+    return module.partition(".")[0] if isinstance(module, str) else ""
+
+
+def _torch_exact(torch: Any) -> tuple[type, ...]:
+    """torch.Tensor and torch.nn.Parameter: the types whose accessors are PyTorch's own (read each time: a test's
+    stand-in module may sit in sys.modules before the real one)."""
+    found = (getattr(torch, "Tensor", None), getattr(getattr(torch, "nn", None), "Parameter", None))
+    return tuple(t for t in found if isinstance(t, type))
 
 
 _NDARRAY: list[type | None] = [None]
@@ -170,6 +198,7 @@ class _Core:
         "lib",
         "live",
         "lock",
+        "on_destroy",
         "pid",
         "stream",
     )
@@ -185,6 +214,7 @@ class _Core:
         self.forked_from: int | None = None
         self.device = device
         self.stream = stream
+        self.on_destroy: list[Any] = []  # called just before the instance is destroyed (cuplug.jax's handler)
 
     def usable(self) -> bool:
         return self.handle is not None and self.forked_from is None
@@ -216,6 +246,9 @@ class _Core:
     def _destroy_if_done(self) -> None:
         if self.closed and not self.live and self.handle is not None:
             handle, self.handle = self.handle, None
+            for forget in self.on_destroy:  # whoever may still call the instance learns it is gone first
+                forget()
+            self.on_destroy.clear()
             if self.forked_from is None:  # in a forked child the context is not ours to destroy
                 self.lib.destroy(handle)
 
@@ -404,29 +437,41 @@ class Backend:
         if kind is Tensor:
             return obj._arg(self, name)
         if kind is _NDARRAY[0] or (_NDARRAY[0] is None and kind is _ndarray()):  # NumPy, the host's usual array:
-            view = memoryview(obj)  # its buffer export, no DLPack round trip
-            if view.format in dtypes.BY_FORMAT:  # else (bfloat16 of ml_dtypes): DLPack names the dtype
+            try:  # its buffer export, no DLPack round trip
+                view: memoryview | None = memoryview(obj)
+            except (TypeError, ValueError):  # datetime64 and the like: no buffer format; DLPack says why
+                view = None
+            if view is not None and view.format in dtypes.BY_FORMAT:  # else (ml_dtypes' bfloat16): DLPack names it
                 return operands.from_memoryview(obj, name, writable, view)
         torch = sys.modules.get("torch")
-        if torch is not None and isinstance(obj, getattr(torch, "Tensor", ())):  # its own accessors (not DLPack:
-            # torch's __dlpack__ costs microseconds a call)
+        if torch is not None and kind in _torch_exact(torch):  # its own accessors (torch's __dlpack__ costs
+            # microseconds a call); a subclass, whose accessors may be anyone's, goes through DLPack
+            if obj.layout is not torch.strided or obj.is_nested:
+                raise InvalidInputError(
+                    f"{name}: a PyTorch tensor of layout {obj.layout}: pass a dense one (x.to_dense())"
+                )
             arg = operands.from_torch(obj, name, writable)
             if not arg.host:
                 self._on_this_device(arg.device[1], name)
             return arg
-        if writable and type(obj).__module__.partition(".")[0] in ("jax", "jaxlib"):
+        if writable and _root(obj) in ("jax", "jaxlib"):
             raise InvalidInputError(
                 f"{name}: JAX arrays are immutable, so out= cannot write one; take the result "
                 "(jnp.asarray(result) shares its memory), or call the op inside jax.jit through cuplug.jax"
             )
         if isinstance(obj, Tensor):
             return obj._arg(self, name)
+        masked = getattr(sys.modules.get("numpy.ma"), "MaskedArray", None)
+        if masked is not None and isinstance(obj, masked):  # its buffer is the data without the mask
+            raise InvalidInputError(
+                f"{name}: a NumPy masked array: its mask would be ignored; pass x.filled(value) or x.data"
+            )
         if _has(obj, "__dlpack__") and _has(obj, "__dlpack_device__"):
             dev_type, dev_id = operands.dlpack_device(obj, name)
             if dev_type in dtypes.HOST_DEVICES:
                 try:  # the buffer protocol where the host array has it: no capsule, read-only arrays too
                     view = memoryview(obj)
-                except TypeError:
+                except (TypeError, ValueError):
                     view = None
                 if view is not None and view.format in dtypes.BY_FORMAT:
                     return operands.from_memoryview(obj, name, writable, view)
@@ -441,12 +486,13 @@ class Backend:
                 raise self._cuda_on_cpu(name, None)
             return operands.from_cai(obj, name, writable, self.device_index)
         try:
-            return operands.from_memoryview(obj, name, writable)
-        except TypeError:
+            view = memoryview(obj)
+        except (TypeError, ValueError):  # no buffer (TypeError), or one of no format (ValueError: datetime64)
             raise InvalidInputError(
                 f"{name}: expected an array (the buffer protocol, __dlpack__ or __cuda_array_interface__), "
                 f"got {type(obj).__name__}"
             ) from None
+        return operands.from_memoryview(obj, name, writable, view)
 
     def _on_this_device(self, dev_id: int, name: str) -> None:
         """A CUDA operand on cuda:``dev_id``: this must be a CUDA backend of that device."""
@@ -486,11 +532,16 @@ class Backend:
         ``stream=None``: PyTorch and CuPy inputs run on their framework's current stream (ordered with the
         caller's work by CUDA itself, capturable in a CUDA graph); others on the instance's stream.
         """
-        sig = self.ops.get(op)
+        sig = self.ops.get(op) if type(op) is str else None  # (a list as the name: no TypeError from the lookup)
         if sig is None:
             listed = ", ".join(self.ops) or "none"
             raise UnknownOpError(f"unknown op {shown(op)}; this {self.name} backend has {listed}")
         self._live_handle()
+        if attrs:  # each given value read once: a value answering differently twice cannot mislead a plan
+            by_name = sig.attr_by_name
+            if any(n not in by_name for n in attrs):
+                sig.attr_values(attrs)  # raises, naming the unknown ones
+            attrs = {n: by_name[n].value_of(v, op) for n, v in attrs.items()}
         if stream is not None:
             launch: int | None = stream_handle(stream)
         elif self.device_type == dtypes.DEVICE_CUDA:
@@ -638,7 +689,7 @@ class Backend:
         """The current stream of the first PyTorch CUDA tensor or CuPy array among the operands, or None."""
         outs = (out if isinstance(out, (tuple, list)) else (out,)) if out is not None else ()
         for x in (*inputs, *outs):
-            root = type(x).__module__.partition(".")[0]
+            root = _root(x)
             if root == "cupy" or (root == "torch" and getattr(x, "is_cuda", True)):
                 found = _framework_stream(x, self.device_index)
                 if found is not None:
@@ -766,7 +817,7 @@ class _HostKind:
     def of(obj: Any) -> _HostKind | None:
         if obj is None or isinstance(obj, _HostKind):
             return obj
-        return _HostKind(type(obj).__module__.partition(".")[0], getattr(obj, "dtype", None))
+        return _HostKind(_root(obj), getattr(obj, "dtype", None))
 
 
 def _new_host(template: Any, dt: dtypes.DType, shape: tuple[int, ...]) -> Any:

@@ -108,8 +108,8 @@ class Plan:
         else:
             for item, a in zip(self.out_items, out_args, strict=False):
                 item.data = a.addr
-        for slot, attr in self.per_call:
-            set_attr(slot, attr.kind, attr.value_of(attrs[attr.name], op))
+        for slot, attr in self.per_call:  # converted (and checked) once by run(): Attr.value_of
+            set_attr(slot, attr.kind, attrs[attr.name])
 
 
 def set_attr(slot: Any, kind: str, value: int | float) -> None:

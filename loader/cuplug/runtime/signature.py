@@ -69,12 +69,22 @@ class Attr:
             fv = float(v)
         except (TypeError, ValueError, OverflowError):
             raise InvalidInputError(f"{op}: attribute {a.name} must be a number, got {shown(v)}") from None
+        except Exception as exc:  # a value whose conversion breaks: named, its exception the cause
+            raise InvalidInputError(
+                f"{op}: attribute {a.name} must be a number, got {shown(v)} (reading it raised {type(exc).__name__})"
+            ) from exc
         if a.kind == "float64":
             return fv
         try:
             iv = v.__index__() if hasattr(v, "__index__") else None
         except TypeError:  # e.g. a 0-d float tensor: judged by its value below
             iv = None
+        except Exception as exc:
+            raise InvalidInputError(
+                f"{op}: attribute {a.name} is an integer, got {shown(v)} (reading it raised {type(exc).__name__})"
+            ) from exc
+        if iv is not None and not isinstance(iv, int):  # __index__ must give an int; a lying one is refused
+            raise InvalidInputError(f"{op}: attribute {a.name}: {shown(v)}.__index__() gave no integer")
         if iv is None:
             if not fv.is_integer():
                 raise InvalidInputError(f"{op}: attribute {a.name} is an integer, got {shown(v)}")
@@ -256,7 +266,12 @@ class OpSignature:
         if "blocks_of" not in rule and "attr" not in rule:
             return specs[int(rule.get("like", 0))][1]
         name = str(rule.get("attr"))
-        n = int(values[name])  # declared: _validate() refused a table naming an attribute it lacks
+        v = values[name]  # declared: _validate() refused a table naming an attribute it lacks
+        if isinstance(v, float) and not v.is_integer():  # a float64 attribute sizing a shape: nan, inf, 2.5
+            raise InvalidInputError(
+                f"{self.name}: attribute {name} sizes a shape, so it must be a whole number, got {v}"
+            )
+        n = int(v)
         if "blocks_of" in rule:
             if n <= 0:
                 raise InvalidInputError(f"{self.name}: attribute {name} must be > 0, got {n}")

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
     from .library import BackendLibrary
 
+_NO_STREAM = ctypes.c_uint64(0)  # call_fast's stream argument for "the instance's stream"
 _CUDA_LEGACY_STREAM = 1  # cudaStreamLegacy: what a framework's "stream 0" means to the C side (0 = instance)
 
 
@@ -198,6 +199,7 @@ class _Core:
         "lib",
         "live",
         "lock",
+        "c_handle",
         "on_destroy",
         "pid",
         "stream",
@@ -215,6 +217,7 @@ class _Core:
         self.device = device
         self.stream = stream
         self.on_destroy: list[Any] = []  # called just before the instance is destroyed (cuplug.jax's handler)
+        self.c_handle = ctypes.c_void_p(handle)  # the handle as call_fast takes it (run() checks it is live)
 
     def usable(self) -> bool:
         return self.handle is not None and self.forked_from is None
@@ -598,8 +601,16 @@ class Backend:
                     if a.stream is not None and a.stream != on:  # a producer stream (resident, CAI v3) first
                         self._check(core.lib.stream_wait(handle, c_launch, _c_stream(a.stream)), f"{op}: stream order")
                 p.fill(args, out_args, attrs, op)
-                rc = core.lib.call(
-                    handle, p.op, p.c_in, len(args), p.c_out, len(out_args), p.c_attrs, p.n_attrs, c_launch
+                rc = core.lib.call_fast(
+                    core.c_handle,
+                    p.c_op,
+                    p.c_in,
+                    len(args),
+                    p.c_out,
+                    len(out_args),
+                    p.c_attrs,
+                    p.n_attrs,
+                    ctypes.c_uint64(c_launch) if c_launch else _NO_STREAM,
                 )
                 if rc:
                     self._check(rc, op)

@@ -53,6 +53,7 @@ class Plan:
         "_keep",
         "c_attrs",
         "c_in",
+        "c_op",
         "c_out",
         "host",
         "in_items",
@@ -77,6 +78,7 @@ class Plan:
         host: bool,
     ) -> None:
         self.op = sig.name.encode()
+        self.c_op = ctypes.c_char_p(self.op)  # what call_fast takes as it is
         self.out_specs = out_specs
         self.host = host
         self.c_in, self.in_items, in_shapes = _descriptors(in_specs)

@@ -18,38 +18,10 @@ import pytest
 
 import cuplug
 from cuplug.contract.errors import InvalidInputError
-from cuplug.runtime import api
-from test_api_v2 import STREAM, _Spy
+from test_api_v2 import _over
+from test_hostile_operands import b, cpu_only, gpu, spy  # noqa: F401  (the same fixtures: CPU twin, spy, CUDA face)
 
 torch = pytest.importorskip("torch")
-
-
-@pytest.fixture(autouse=True)
-def cpu_only(monkeypatch):
-    for var in ("CUPLUG_DISABLE_CUDA", "BACKEND_CUDA_DISABLE", "CUPLUG_REQUIRE_CUDA", "CUPLUG_DEVICE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("CUPLUG_BACKEND", "cpu")
-
-
-@pytest.fixture
-def b():
-    with cuplug.load() as backend:
-        yield backend
-
-
-@pytest.fixture
-def spy(b):
-    return _Spy(b._core.lib)
-
-
-def _over(b, spy, cuda=None, **info):
-    return api.Backend(spy, b._core.lib.create(None), {**b._info, **info}, cuda=cuda)
-
-
-@pytest.fixture
-def gpu(b, spy):
-    with _over(b, spy, "12.4", device={"type": "cuda", "index": 0, "memory_total": 1 << 30}, stream=STREAM) as be:
-        yield be
 
 
 SIZED = {

@@ -78,6 +78,8 @@ OPERANDS_IN_PROCESS = [
         "test_host_capsules_at_odd_or_empty_addresses",
         "test_a_cai_data_field_is_exactly_a_pair",
         "test_pytorch_cpu_tensors_their_device_and_their_bytes",
+        "test_more_edges_of_the_dlpack_import",
+        "test_a_host_range_running_into_an_unmapped_page_is_refused",
     )
 ]
 MODULES: dict[str, list[list[str]]] = {
@@ -106,7 +108,7 @@ MODULES: dict[str, list[list[str]]] = {
         OPERANDS_IN_PROCESS,
         ["tests/test_hostile_operands.py::test_fuzz_lying_operands", "tests/test_api_v2.py"],
         ["tests/test_hostile_operands.py", "tests/test_api.py"],
-        [*API_STAGES[1], "tests/test_torch_ops.py"],
+        [*API_STAGES[1], "tests/test_torch_ops.py", "tests/test_hostile_review.py"],
     ],
     "runtime/plan.py": [
         ["tests/test_api_v2.py", *OPERANDS_IN_PROCESS],

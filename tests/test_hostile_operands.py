@@ -822,3 +822,40 @@ def test_pytorch_cpu_tensors_their_device_and_their_bytes(b, spy):
             cpu.run("add", base[0:8], torch.ones(8), out=base[4:12])
         with refused(r"is on PyTorch device meta, neither the host nor CUDA"):
             cpu.run("sum", torch.empty(4, device="meta"))
+
+
+def test_more_edges_of_the_dlpack_import(b):
+    """32 dimensions read; a first element given as an odd base + 1 (the sum is of the real element, not of
+    base | offset); device type 0 and a capsule on a lower device id than declared refused; a device type of
+    2^32 refused by the pair check."""
+    real = np.arange(1, 5, dtype=np.float32)
+    assert b.run("sum", LyingDLPack(bytearray(real.tobytes()), shape=(1,) * 28 + (2, 1, 2, 1))) == 10.0
+    assert b.run("sum", LyingDLPack(real.ctypes.data - 1, shape=(4,), byte_offset=1)) == 10.0
+    with refused(r"^sum: x: DLPack device type 0 is neither the host nor CUDA$"):
+        b.run("sum", LyingDLPack(_floats(), device=(0, 0), dlpack_device=(1, 0)))
+    with refused(r"its capsule is on device \(1, 0\), __dlpack_device__\(\) said \(1, 3\)"):
+        b.run("sum", LyingDLPack(_floats(), device=(1, 0), dlpack_device=(1, 3)))
+    with refused(r"__dlpack_device__\(\) gave \(4294967296, 0\)"):
+        b.run("sum", LyingDLPack(_floats(), dlpack_device=(1 << 32, 0)))
+
+
+def test_a_host_range_running_into_an_unmapped_page_is_refused(b):
+    """Two pages mapped, the second unmapped again: 16 bytes starting 8 before the gap are not all memory."""
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype, libc.mmap.argtypes = (
+        ctypes.c_void_p,
+        [ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_int] * 3 + [ctypes.c_long],
+    )
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    page = mmap.PAGESIZE
+    base = libc.mmap(None, 2 * page, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    assert base not in (None, ctypes.c_void_p(-1).value)
+    try:
+        assert libc.munmap(base + page, page) == 0
+        assert b.run("sum", LyingDLPack(base + page - 16, shape=(4,))) == 0.0  # inside the mapped page
+        with refused(r"which are not \(all\) memory of this process"):
+            b.run("sum", LyingDLPack(base + page - 8, shape=(4,)))
+    finally:
+        libc.munmap(base, page)

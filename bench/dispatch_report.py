@@ -73,7 +73,12 @@ def plot(recs: list[dict], png: Path) -> None:
 
     per_call = [r for r in recs if r["group"].startswith("per-call")]
     ratios = [r for r in recs if "ratio" in (r.get("target") or "") or r["group"].startswith(("alloc", "graph"))]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [2, 1]})
+    with_ratio = [r for r in ratios if "ratio_to_anchor" in r]
+    if with_ratio:
+        fig, axes = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [2, 1]})
+    else:  # the CPU machine: per-call figures only
+        fig, ax0 = plt.subplots(1, 1, figsize=(9, 0.6 * len(per_call) + 1.5))
+        axes = [ax0]
     ax = axes[0]
     labels = [f"{r['group'].removeprefix('per-call ')}: {r['path']}" for r in per_call]
     ax.barh(labels, [r["median_us"] for r in per_call], xerr=[r["iqr_us"] / 2 for r in per_call], color="#4c78a8")
@@ -84,9 +89,13 @@ def plot(recs: list[dict], png: Path) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("host wall per call, us (median, IQR; red: target)")
     ax.invert_yaxis()
+    if not with_ratio:
+        fig.tight_layout()
+        fig.savefig(png, dpi=110)
+        return
     ax = axes[1]
-    rl = [f"{r['group']}: {r['path']}" for r in ratios if "ratio_to_anchor" in r]
-    ax.barh(rl, [r["ratio_to_anchor"] for r in ratios if "ratio_to_anchor" in r], color="#72b7b2")
+    rl = [f"{r['group']}: {r['path']}" for r in with_ratio]
+    ax.barh(rl, [r["ratio_to_anchor"] for r in with_ratio], color="#72b7b2")
     ax.axvline(1.0, color="grey", lw=0.8)
     ax.axvline(0.97, color="red", lw=0.8, ls="--")
     ax.set_xlabel("anchor time / cuplug time (>= 0.97 target, dashed)")

@@ -859,3 +859,52 @@ def test_a_host_range_running_into_an_unmapped_page_is_refused(b):
             b.run("sum", LyingDLPack(base + page - 8, shape=(4,)))
     finally:
         libc.munmap(base, page)
+
+
+def _pages(n: int) -> tuple[int, object]:
+    """n fresh anonymous pages (address, libc); the caller unmaps what it likes."""
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    prot, flags = mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+    base = libc.mmap(None, n * mmap.PAGESIZE, prot, flags, -1, 0)
+    assert base not in (None, ctypes.c_void_p(-1).value)
+    return base, libc
+
+
+def test_the_mapping_check_measures_the_range_it_is_given():
+    """A mapped range crossing into the next mapped page, with an unmapped page after it, is read: the check
+    asks for exactly [page start, end), not more (a longer range would refuse honest memory)."""
+    import mmap
+
+    page = mmap.PAGESIZE
+    base, libc = _pages(4)
+    try:
+        first = base if base & page else base + page  # a page whose address has the page-size bit set
+        libc.munmap(first + 2 * page, page)  # the page after the next one: unmapped
+        with cuplug.load() as b:
+            assert b.run("sum", LyingDLPack(first + page - 8, shape=(4,))) == 0.0  # 16 bytes across two pages
+    finally:
+        libc.munmap(base, 4 * page)
+
+
+def test_the_first_element_is_base_plus_offset_for_every_check():
+    """A base in unmapped page 0 with an offset to real memory just after an unmapped page: the address
+    checked (range and mapping) and read is base + offset, never a near miss of it."""
+    import mmap
+
+    page = mmap.PAGESIZE
+    base, libc = _pages(2)
+    try:
+        libc.munmap(base, page)  # the page before the data: unmapped
+        real = base + page
+        ctypes.memmove(real, np.arange(1, 5, dtype=np.float32).tobytes(), 16)
+        with cuplug.load() as b:
+            assert b.run("sum", LyingDLPack(0x7FF, shape=(4,), byte_offset=real - 0x7FF)) == 10.0
+            with refused(r"names the address 0x100000000000010 \(\+16 bytes\), outside any process's memory"):
+                b.run("sum", LyingDLPack((1 << 56) - 16, shape=(4,), byte_offset=0x20))
+    finally:
+        libc.munmap(base + page, page)

@@ -1732,3 +1732,24 @@ def test_an_unknown_op_is_refused_naming_the_ops_there_are(b):
         cuplug.UnknownOpError, match=r"^unknown op 'nope'; this vector backend has add, scale_add, sum$"
     ):
         b.run("nope", np.ones(2, np.float32))
+
+
+def test_a_prepared_call_takes_each_calls_attribute_values(b):
+    """One plan serves calls of the same operand specs: an attribute given again with another value is that
+    call's value (written at each call), never the first call's."""
+    x = np.arange(4, dtype=np.float32)
+    for alpha, beta in [(2.0, 1.0), (3.0, -1.0), (0.5, 0.0)]:
+        np.testing.assert_array_equal(b.run("scale_add", x, alpha=alpha, beta=beta), x * np.float32(alpha) + beta)
+    np.testing.assert_array_equal(b.run("scale_add", x, beta=5.0), x + 5)  # alpha back to its default, 1
+
+
+def test_the_plan_cache_is_bounded_and_starts_over(b):
+    """At most plan.MAX_PLANS prepared calls per backend: the next distinct one empties the cache first."""
+    from cuplug.runtime import plan
+
+    b._plans.clear()
+    for n in range(1, plan.MAX_PLANS + 1):
+        b.run("sum", np.ones(n, np.float32))
+    assert len(b._plans) == plan.MAX_PLANS
+    b.run("sum", np.ones(plan.MAX_PLANS + 1, np.float32))
+    assert len(b._plans) == 1

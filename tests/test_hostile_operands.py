@@ -251,7 +251,7 @@ CAI_LIES = {
 
 @rel(
     case="__cuda_array_interface__ dicts that lie",
-    how="30 dicts: versions 99, '3' or none; True, 4.0, negative or overflowing extents, 33 dimensions, a "
+    how="32 dicts: versions 99, '3' or none; True, 4.0, negative or overflowing extents, 33 dimensions, a "
     "str shape; data pointers of 2^70, -16, NULL, past 2^56, a str, a bool, short pairs; unknown typestrs; "
     "strides of floats, not of the item size, of another count; bad streams; a mask; not a dict; a raising "
     "property",

@@ -410,3 +410,21 @@ def test_shared_libraries_and_device_links_are_refused_at_configure_time(case, n
     assert proc.returncode == 1 and "cmake configure failed" in message, proc.stderr[-3000:]
     for needle in needles:
         assert needle in message, (needle, proc.stderr[-3000:])
+
+
+def test_every_op_of_the_example_is_a_pytorch_op_that_opcheck_passes(scan_project, tmp_path):
+    """cuplug.torch.register on the example's own backend (issue 30): torch.library.opcheck of each op
+    (functional and .out), run()'s results, torch.compile(fullgraph=True), on its CPU twin."""
+    pytest.importorskip("torch")
+    import torch_opcheck
+
+    report = torch_opcheck.check_project(str(scan_project / "dist"), "scankit", "scan", str(tmp_path))
+    assert report, "the backend declares no op"
+    for name, r in report.items():
+        assert r == {
+            "same_as_run": True,
+            "out_variant": True,
+            "opcheck": ["SUCCESS"],
+            "opcheck_out": ["SUCCESS"],
+            "compiled_fullgraph": True,
+        }, name

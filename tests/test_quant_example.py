@@ -130,3 +130,21 @@ def test_doctor_lists_the_quant_ops(quant_venv, tmp_path, fake_driver_dir):
     doc = json.loads(doctor.stdout)
     assert doc["decision"]["backend"] == "quant" and doc["loaded"]["ok"], doc
     assert [a["code"] for a in doc["loaded"]["attempts"]][-1] == "ok"
+
+
+def test_every_op_of_the_example_is_a_pytorch_op_that_opcheck_passes(quant_project, tmp_path):
+    """cuplug.torch.register on the example's own backend (issue 30): torch.library.opcheck of each op
+    (functional and .out), run()'s results, torch.compile(fullgraph=True), on its CPU twin."""
+    pytest.importorskip("torch")
+    import torch_opcheck
+
+    report = torch_opcheck.check_project(str(quant_project / "dist"), "quantkit", "quant", str(tmp_path))
+    assert report, "the backend declares no op"
+    for name, r in report.items():
+        assert r == {
+            "same_as_run": True,
+            "out_variant": True,
+            "opcheck": ["SUCCESS"],
+            "opcheck_out": ["SUCCESS"],
+            "compiled_fullgraph": True,
+        }, name

@@ -56,3 +56,26 @@ def check(backend, namespace: str) -> dict[str, dict]:
 
 def main(backend: str = "vector") -> None:
     print(json.dumps(check(cuplug.load(backend), f"cuplug_{backend}_check")))
+
+
+def check_project(dist: str, distribution: str, backend: str, tmp: str) -> dict[str, dict]:
+    """An example project's plain wheel (its CPU twin) from ``dist`` installed into ``tmp``, then ``check`` of
+    its backend in a subprocess of this interpreter (PyTorch from this environment): the report."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    wheel = next(Path(dist).glob(f"{distribution}-*.whl"))
+    site = os.path.join(tmp, "site")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", site, str(wheel)],
+        check=True,
+    )
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUPLUG_", "FAKE_CUDA_", "LD_LIBRARY_PATH"))}
+    env.update(PYTHONPATH=os.pathsep.join([site, here]), CUPLUG_BACKEND="cpu")
+    code = f"import torch_opcheck; torch_opcheck.main({backend!r})"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

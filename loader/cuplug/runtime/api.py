@@ -640,13 +640,8 @@ class Backend:
     ) -> plan.Plan:
         """The prepared call for these operands' specs and the attributes given (plan.py): made on the first call
         of its key, with every check that depends on nothing else; found again after that."""
-        given = tuple(attrs)
-        sized = ()
-        if attrs and sig.shape_attrs:  # attributes that size a shape key the plan by their values
-            by_name = sig.attr_by_name
-            sized = tuple(
-                (n, by_name[n].value_of(attrs[n], sig.name)) for n in given if n in sig.shape_attrs and n in by_name
-            )
+        given = tuple(attrs)  # converted by run(): the values are what C receives
+        sized = tuple((n, attrs[n]) for n in given if n in sig.shape_attrs)  # they key the plan by value
         key = (
             sig.name,
             given,
@@ -682,7 +677,7 @@ class Backend:
             out_devices = [a.device for a in out_args]
         else:
             on_host = host and not resident
-            self._check_room(sig.name, sig, out_specs, on_host)
+            self._check_room(sig, out_specs, on_host)
             here = (dtypes.DEVICE_CPU, 0) if on_host else (self.device_type, self.device_index)
             out_devices = [here] * len(out_specs)
         per_call = tuple(n for n in given if n not in dict(sized))
@@ -707,7 +702,7 @@ class Backend:
                     return found
         return None
 
-    def _check_room(self, op: str, sig: signature.OpSignature, out_specs: list[Any], on_host: bool) -> None:
+    def _check_room(self, sig: signature.OpSignature, out_specs: list[Any], on_host: bool) -> None:
         """Outputs about to be allocated fit the memory they are allocated in, checked before anything is:
         an output sized by a huge attribute (or a lying input's shape) is an OutOfMemoryError naming it."""
         room = _host_bytes() if on_host or self._device_bytes is None else self._device_bytes
@@ -716,7 +711,7 @@ class Backend:
             if need > room:
                 where = "this machine's memory" if on_host or self._device_bytes is None else "the device's memory"
                 raise OutOfMemoryError(
-                    f"{op}: output {o.name} would be {dt.name}{list(shape)} ({need} bytes), more than {where} "
+                    f"{sig.name}: output {o.name} would be {dt.name}{list(shape)} ({need} bytes), more than {where} "
                     f"({room} bytes); pass smaller inputs or attributes, or out= arrays of your own",
                     abi.E_OUT_OF_MEMORY,
                 )

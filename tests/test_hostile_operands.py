@@ -25,28 +25,10 @@ from cuplug.contract import dtypes
 from cuplug.contract.errors import BackendError, InvalidInputError, OutOfMemoryError
 from cuplug.runtime import hostbuf, library
 from hostile_producers import ExportsOneArrayNamesAnother, LyingCAI, LyingDLPack, cai
-from test_api_v2 import STREAM, _over, _Spy
+from test_api_v2 import STREAM, _over, b, cpu_only, spy  # noqa: F401  (its fixtures: the twin, its spy)
 
 rel = pytest.mark.reliability
 F32, I32 = (2, 32, 1), (0, 32, 1)
-
-
-@pytest.fixture(autouse=True)
-def cpu_only(monkeypatch):
-    for var in ("CUPLUG_DISABLE_CUDA", "BACKEND_CUDA_DISABLE", "CUPLUG_REQUIRE_CUDA", "CUPLUG_DEVICE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("CUPLUG_BACKEND", "cpu")
-
-
-@pytest.fixture
-def b():
-    with cuplug.load() as backend:
-        yield backend
-
-
-@pytest.fixture
-def spy(b):
-    return _Spy(b._core.lib)
 
 
 @pytest.fixture

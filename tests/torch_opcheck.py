@@ -16,6 +16,15 @@ import cuplug
 import cuplug.torch
 from cuplug.tools.samples import sample_inputs
 
+# What check() reports for an op that passes everything.
+PASSED = {
+    "same_as_run": True,
+    "out_variant": True,
+    "opcheck": ["SUCCESS"],
+    "opcheck_out": ["SUCCESS"],
+    "compiled_fullgraph": True,
+}
+
 
 def samples(sig) -> tuple[list[torch.Tensor], dict]:
     """The op's declared sample (what `cuplug probe` runs) as PyTorch CPU tensors of their own memory."""

@@ -393,6 +393,32 @@ def install_sysroot(log: Log, arch: str = "x86_64") -> Path:
     return dest
 
 
+PYTHON_HEADER_LOCKS = {"x86_64": "python-headers.txt", "aarch64": "python-headers-arm64.txt"}
+PYTHON_ABI3 = "3.11"  # the stable ABI the cuplug wheel's extension is built on (loader/fastcall)
+
+
+def install_python_headers(log: Log, arch: str = "x86_64") -> Path:
+    """CPython 3.11's headers for ``arch`` (Debian bookworm's libpython3.11-dev, headers only): the include
+    directory holding ``python3.11/Python.h`` and the multiarch ``<triplet>/python3.11/pyconfig.h``."""
+    _check_arch(arch)
+    lock_file = toolchains_dir() / PYTHON_HEADER_LOCKS[arch]
+    dest = cache_root() / "toolchains" / f"python-headers-{ARCHES[arch][0]}-{_digest(lock_file)}"
+    include = dest / "usr" / "include"
+    if _reusable("python headers", dest, log):
+        return include
+    lock = read_deb_lock(lock_file)
+    debs = fetch_debs(lock, _downloads(lock), log)
+    _fresh_dir(dest)
+    for deb in debs:
+        _unpack(deb, dest, ("./usr/include/*",))
+    for needed in (include / f"python{PYTHON_ABI3}" / "Python.h", include / ARCHES[arch][1] / f"python{PYTHON_ABI3}"):
+        if not needed.exists():
+            raise ToolchainError(f"{dest} lacks {needed.relative_to(dest)}; check {lock_file.name}")
+    (dest / ".complete").write_text(lock_file.read_text())
+    log(f"python headers: CPython {PYTHON_ABI3} ({arch}) at {include}")
+    return include
+
+
 def _relative_symlinks(dest: Path) -> None:
     for link in dest.rglob("*"):
         if link.is_symlink() and os.readlink(link).startswith("/"):

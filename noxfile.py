@@ -287,8 +287,9 @@ def _all_wheels(session: nox.Session, out: Path, arch: str = "x86_64") -> Path:
     for d in (out, raw):
         shutil.rmtree(d, ignore_errors=True)
     session.log(f"wheels: cuplug for {arch} (scikit-build-core), then auditwheel repair")
+    headers = f"-Ccmake.define.CUPLUG_PYTHON_INCLUDE={toolchain.install_python_headers(session.log, arch)}"
     if arch == "x86_64":
-        session.run("python", "-m", "build", "--no-isolation", "--outdir", str(raw), env=_clean_env())
+        session.run("python", "-m", "build", "--no-isolation", "--outdir", str(raw), headers, env=_clean_env())
     else:
         cross = {
             "CMAKE_TOOLCHAIN_FILE": ROOT / "backends" / "cmake" / "aarch64-linux-gnu.cmake",
@@ -304,6 +305,7 @@ def _all_wheels(session: nox.Session, out: Path, arch: str = "x86_64") -> Path:
             "--outdir",
             str(raw),
             *(f"-Ccmake.define.{k}={v}" for k, v in cross.items()),
+            headers,
             env={**_clean_env(), "_PYTHON_HOST_PLATFORM": f"linux-{arch}"},
         )
     out.mkdir(parents=True)

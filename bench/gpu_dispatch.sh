@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issues 30/31 on the GPU machine in one call: the GPU tests, then the dispatch benchmark twice (bench/
 # bench_dispatch.py, pytest-benchmark), each run's report. Carried: dist/ (the three wheels of this commit).
-# $OUT gets 6 files: run.log, gpu_tests.log, gpu-junit.xml, dispatch-run{1,2}.json, doctor.txt. Usage (device machine, repo root): bash bench/gpu_dispatch.sh
+# $OUT gets 8 files: run.log, gpu_tests.log, gpu-junit.xml, dispatch-run{1,2}.json, dispatch-whole-path.json,
+# parts-cuda.json, doctor.txt. Usage (device machine, repo root): bash bench/gpu_dispatch.sh
 set -o pipefail
 ROOT=$(pwd)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/run.log"
@@ -20,4 +21,9 @@ for run in ${RUNS:-1 2}; do
   # the report (JSON + PNG) is made from the raw JSON where matplotlib is: here only its summary lines
   python3 "$ROOT/bench/dispatch_report.py" "$OUT/dispatch-run$run.json" "/tmp/report$run" | tee -a "$OUT/run.log"
 done
+# the whole path alone (CUPLUG_FASTPATH=0: Backend.run without its C dispatcher), then where the time goes
+CUPLUG_FASTPATH=0 timeout 200 python3 -m pytest "$ROOT/bench/bench_dispatch.py" -p no:cacheprovider --rootdir="$ROOT" -q \
+  -o addopts="" -k "per_call" --benchmark-json="$OUT/dispatch-whole-path.json" --benchmark-columns=median,iqr,min,rounds 2>&1 \
+  | tail -20 >> "$OUT/run.log"
+timeout 120 python3 "$ROOT/bench/dispatch_parts.py" 5000 --cuda > "$OUT/parts-cuda.json"; tail -c 1500 "$OUT/parts-cuda.json"
 { python3 -m cuplug doctor; python3 -m cuplug probe; echo "probe exit $?"; } > "$OUT/doctor.txt" 2>&1; tail -3 "$OUT/doctor.txt"

@@ -8,8 +8,9 @@ variant wheels). The docs' table of them is generated from here.
 - a backend library needs only the C runtime and exports exactly the ABI;
 - no library imports ``exit``, ``_exit``, ``_Exit``, ``quick_exit`` or ``abort`` (it would end the host process);
 - no RPATH/RUNPATH that leaves the package;
-- tags ``py3-none`` (no CPython extension) and manylinux no newer than the newest glibc
-  symbol allows (2.17, the bullseye sysroot's floor), for one CPU architecture;
+- tags ``py3-none`` (no CPython extension), or ``cp311-abi3`` for a wheel whose extensions are all on the
+  stable ABI (``*.abi3.so``), and manylinux no newer than the newest glibc symbol allows (2.17, the
+  bullseye sysroot's floor), for one CPU architecture;
 - a backend wheel's manifest matches its members (size and sha256), and a variant
   wheel's label, ``variant.json`` and properties match its manifest.
 """
@@ -32,6 +33,9 @@ from .rules import (
     ALLOWED_NEEDED,
     ARCHS,
     EXPORTED,
+    EXTENSION_ABI_TAG,
+    EXTENSION_PYTHON_TAG,
+    EXTENSION_SUFFIX,
     FORBIDDEN_LIBRARIES,
     LEGACY_MANYLINUX,
     MAX_GLIBC,
@@ -141,10 +145,28 @@ def rpath_inside(member: str, rpath: str) -> bool:
     return True
 
 
-def _tag_problems(name: str) -> tuple[list[str], set[str]]:
+def is_extension(member: str) -> bool:
+    """A CPython extension module: ``name.abi3.so`` or ``name.cpython-311-x86_64-linux-gnu.so``."""
+    name = member.rsplit("/", 1)[-1]
+    return name.endswith(EXTENSION_SUFFIX) or (name.endswith(".so") and ".cpython-" in name)
+
+
+def _tag_problems(name: str, extensions: Sequence[str] = ()) -> tuple[list[str], set[str]]:
     problems: list[str] = []
     py, abi_tag, plats = wheel_tags(name)
-    if (py, abi_tag) != (PYTHON_TAG, ABI_TAG):
+    if extensions:
+        bound = [e for e in extensions if not e.endswith(EXTENSION_SUFFIX)]
+        if bound:
+            problems.append(
+                f"{', '.join(bound)}: a CPython extension of one Python version; build it on the stable ABI "
+                f"(Py_LIMITED_API, a {EXTENSION_SUFFIX} file) so one wheel serves every CPython"
+            )
+        if (py, abi_tag) != (EXTENSION_PYTHON_TAG, EXTENSION_ABI_TAG):
+            problems.append(
+                f"tag {py}-{abi_tag}: a wheel with a stable-ABI extension must be "
+                f"{EXTENSION_PYTHON_TAG}-{EXTENSION_ABI_TAG} (scikit-build-core: wheel.py-api = \"{EXTENSION_PYTHON_TAG}\")"
+            )
+    elif (py, abi_tag) != (PYTHON_TAG, ABI_TAG):
         problems.append(f"tag {py}-{abi_tag}: a wheel without a CPython extension must be {PYTHON_TAG}-{ABI_TAG}")
     archs = set()
     for plat in plats:
@@ -202,9 +224,9 @@ def _manifest_problems(zf: zipfile.ZipFile, names: list[str], manifest_name: str
 
 def check_wheel(wheel: Path) -> list[str]:
     """Every problem found in one wheel (an empty list: the wheel may ship)."""
-    problems, archs = _tag_problems(wheel.name)
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
+        problems, archs = _tag_problems(wheel.name, [n for n in names if is_extension(n)])
         for member in names:
             if forbidden(member):
                 problems.append(f"{member}: the driver and the shared CUDA runtime are never bundled")
@@ -242,6 +264,10 @@ def rules_table() -> list[tuple[str, str]]:
         (
             "wheel tags",
             f"{PYTHON_TAG}-{ABI_TAG}-manylinux_X_Y_<arch>, X.Y <= {MAX_GLIBC[0]}.{MAX_GLIBC[1]}, one of {', '.join(ARCHS)}",
+        ),
+        (
+            "a wheel with a CPython extension",
+            f"only stable-ABI ones (*{EXTENSION_SUFFIX}), tagged {EXTENSION_PYTHON_TAG}-{EXTENSION_ABI_TAG}",
         ),
         ("backend manifest", "every entry's file in the wheel, with the manifest's size and sha256"),
     ]

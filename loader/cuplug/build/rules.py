@@ -35,6 +35,10 @@ EXPORTED = frozenset(abi.SYMBOLS)
 PROCESS_ENDING: tuple[str, ...] = ("exit", "_exit", "_Exit", "quick_exit", "abort")
 # Wheel tags: no CPython extension inside, so py3-none; manylinux no newer than MAX_GLIBC.
 PYTHON_TAG, ABI_TAG = "py3", "none"
+# A wheel with a CPython extension (cuplug's own: Backend.run's C dispatcher) holds it on the stable ABI
+# of 3.11 only, so one wheel still serves every CPython >= 3.11: tags cp311-abi3, file *.abi3.so.
+EXTENSION_SUFFIX = ".abi3.so"
+EXTENSION_PYTHON_TAG, EXTENSION_ABI_TAG = "cp311", "abi3"
 MAX_GLIBC = (2, 17)
 ARCHS: tuple[str, ...] = ("x86_64", "aarch64")  # platform-tag suffixes == ELF machines (contract.elfarch)
 LEGACY_MANYLINUX = {"manylinux2014": (2, 17)}  # PEP 599's name for manylinux_2_17

@@ -40,7 +40,7 @@ from ..contract.errors import (
     cut,
     shown,
 )
-from . import operands, plan, signature
+from . import fastpath, operands, plan, signature
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -117,20 +117,20 @@ def _framework_stream(obj: Any, device: int) -> int | None:
     return None
 
 
-def _framework_empty(inputs: tuple, out_specs: list[Any]) -> list[Any] | None:
+def _framework_empty(inputs: tuple, out_specs: list[Any]) -> tuple[list[Any], str, Any] | None:
     """Device outputs from the allocator of the first device input's framework: ``torch.empty`` on its device
     (PyTorch's caching allocator, stream-ordered on the current stream), ``cupy.empty`` (CuPy's pool); None
-    for any other producer (the backend's own memory then)."""
+    for any other producer (the backend's own memory then). With the framework's name and that input."""
     for x in inputs:
         root = _root(x)
         mod = sys.modules.get(root)
         if mod is None:
             continue
         if root == "torch" and isinstance(x, getattr(mod, "Tensor", ())) and x.is_cuda:
-            return [mod.empty(shape, dtype=getattr(mod, dt.name), device=x.device) for dt, shape in out_specs]
+            return [mod.empty(shape, dtype=getattr(mod, dt.name), device=x.device) for dt, shape in out_specs], root, x
         if root == "cupy" and isinstance(x, getattr(mod, "ndarray", ())) and all(dt.typestr for dt, _ in out_specs):
             with mod.cuda.Device(x.device.id):
-                return [mod.empty(shape, dtype=dt.name) for dt, shape in out_specs]
+                return [mod.empty(shape, dtype=dt.name) for dt, shape in out_specs], root, x
     return None
 
 
@@ -346,6 +346,9 @@ class Backend:
         _cores.add(self._core)
         self._finalizer = _Finalizer(self, _Core.close, self._core)
         self._plans: dict[tuple, plan.Plan] = {}
+        fast = fastpath.dispatcher(self)
+        if fast is not None:  # run() repeated in C once learned; Backend.run(b, ...) is the whole path
+            self.run = fast
 
     __copy__ = __deepcopy__ = __reduce_ex__ = __reduce__ = _no_copy
 
@@ -540,6 +543,7 @@ class Backend:
             listed = ", ".join(self.ops) or "none"
             raise UnknownOpError(f"unknown op {shown(op)}; this {self.name} backend has {listed}")
         self._live_handle()
+        given = attrs  # as the caller gave them (what the fast path converts again on each call)
         if attrs:  # each given value read once: a value answering differently twice cannot mislead a plan
             by_name = sig.attr_by_name
             if any(n not in by_name for n in attrs):
@@ -566,9 +570,11 @@ class Backend:
         p = self._plan(sig, args, out_args if out is not None else None, inputs, attrs)
         resident = p.resident
         owned: list[Tensor] = []
+        like = None  # what the outputs were made like, and by whom (the fast path repeats it: fastpath.learn)
         if out is not None:
             results = outs_given
             _refuse_overlap(sig, args, out_args)
+            made_by = "out"
         elif p.host and not resident:
             # made like the caller's own array, not like a resident tensor beside it (CPU backend)
             like = next((x for x in inputs if not isinstance(x, Tensor)), None)
@@ -578,12 +584,14 @@ class Backend:
             ]
             # array.array holds a flat copy of any shape: the plan's descriptor carries the op's shape.
             out_args = [self._arg(r, f"{op}: out", True, None) for r in results]
+            made_by = "host"
         else:
             made = _framework_empty(inputs, p.out_specs)  # the caller's allocator, on its stream
             if made is not None:
-                results = made
-                out_args = [self._arg(r, f"{op}: out", True, launch) for r in made]
+                results, made_by, like = made
+                out_args = [self._arg(r, f"{op}: out", True, launch) for r in results]
             else:
+                made_by = "backend"
                 owned = [self.empty(shape, dt) for dt, shape in p.out_specs]
                 results = list(owned)
                 out_args = [t._arg(self, f"{op}: out") for t in owned]
@@ -633,6 +641,9 @@ class Backend:
             results = [
                 _scalar(r) if o.shape_rule.get("scalar") else r for r, o in zip(results, sig.outputs, strict=True)
             ]
+        fast = self.__dict__.get("run")  # the C dispatcher (fastpath.py): it repeats this call from now on
+        if fast is not None:
+            fastpath.learn(fast, sig, p, op, inputs, out, stream, given, made_by, like)
         return results[0] if len(results) == 1 else tuple(results)
 
     def _plan(
@@ -683,6 +694,7 @@ class Backend:
         per_call = tuple(n for n in given if n not in dict(sized))
         made = plan.Plan(sig, [a.spec for a in args], out_specs, out_devices, attr_values, per_call, host)
         made.resident = resident
+        made.given = given
         made.tensors = any(len(a.spec) == 4 for a in (*args, *(out_args or ())))
         # an allocated resident output: the device its backend's descriptor names is written per call
         made.out_devices_per_call = out_args is None and not (host and not resident)
@@ -895,6 +907,7 @@ class Tensor:
         self._dead: str | None = None
         self._desc: abi.CTensor | None = None
         self._as_arg: _Arg | None = None
+        self._fast: tuple | None = None  # (address, dtype row, device, shape) for the C dispatcher, with _as_arg
         self._finalizer: _Finalizer | None = None  # set by _own(): only Backend.empty() owns memory
 
     def _own(self) -> None:
@@ -969,6 +982,7 @@ class Tensor:
             arg.stream = self._core.stream  # every write of a tensor is ordered on the instance stream (run())
             arg.spec = (*arg.spec, "resident")  # a plan knows its resident operands from its key
             self._as_arg = arg
+            self._fast = (addr, fastpath.ROW[self.dtype], *arg.device, self.shape)
         return arg
 
     @property

@@ -8,9 +8,8 @@ values of its other attributes into those arrays, under the instance lock, and c
 operand is still imported and checked on every call (``operands``): what can change between two
 calls with one key (an address, an attribute's value, an overlap) is checked each time.
 
-Why not a C extension: measured on the 2-core CPU machine (docs/performance.md, "Per-call
-overhead"), the prepared path through ctypes reaches the per-call targets, and the gate's
-``py3-none`` rule (one wheel for every CPython, no extension module) stays as it is.
+This is the whole path, the one that words every error. Once it has made a call, the C dispatcher
+(fastpath.py, loader/fastcall/fastcall.c) repeats that call for the operands it can read itself.
 """
 
 from __future__ import annotations
@@ -51,14 +50,19 @@ class Plan:
 
     __slots__ = (
         "_keep",
+        "attr_values",
         "c_attrs",
         "c_in",
         "c_op",
         "c_out",
+        "fast",
+        "given",
         "host",
         "in_items",
+        "in_specs",
         "n_attrs",
         "op",
+        "out_devices",
         "out_devices_per_call",
         "out_items",
         "out_specs",
@@ -81,6 +85,7 @@ class Plan:
         self.c_op = ctypes.c_char_p(self.op)  # what call_fast takes as it is
         self.out_specs = out_specs
         self.host = host
+        self.in_specs, self.out_devices, self.attr_values = in_specs, out_devices, attr_values  # (fastpath.learn)
         self.c_in, self.in_items, in_shapes = _descriptors(in_specs)
         outs = [(dt, shape, dev) for (dt, shape), dev in zip(out_specs, out_devices, strict=True)]
         self.c_out, self.out_items, out_shapes = _descriptors(outs)
@@ -98,6 +103,8 @@ class Plan:
         self.resident = False  # every input a backend-owned Tensor (Backend._plan sets these three)
         self.tensors = False  # any operand a Tensor: its liveness is checked at each call
         self.out_devices_per_call = False
+        self.given: tuple[str, ...] = per_call  # the attributes given, in the caller's order (Backend._plan sets it)
+        self.fast: dict[Any, tuple] = {}  # what fastpath.learn tells the C dispatcher, per way of making outputs
 
     def fill(self, args: list[Any], out_args: list[Any], attrs: dict[str, Any], op: str) -> None:
         """This call's addresses and attribute values (checked: Attr.value_of raises on a bad one)."""

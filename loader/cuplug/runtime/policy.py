@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("", "0", "false", "no", "off")
 KILL_SWITCHES = ("CUPLUG_DISABLE_CUDA", "BACKEND_CUDA_DISABLE")
-KNOBS = (*KILL_SWITCHES, "CUPLUG_REQUIRE_CUDA", "CUPLUG_BACKEND", "CUPLUG_DEVICE")
+KNOBS = (*KILL_SWITCHES, "CUPLUG_REQUIRE_CUDA", "CUPLUG_BACKEND", "CUPLUG_DEVICE", "CUPLUG_FASTPATH")
 CUDA_VARS = (
     "CUDA_VISIBLE_DEVICES",
     "CUDA_CACHE_PATH",
@@ -34,7 +34,16 @@ MAX_DEVICE_DIGITS = 4
 
 
 class Policy(Record):
-    __slots__ = ("disable_cuda", "disabled_by", "require_cuda", "forced", "forced_cuda", "device", "raw_forced")
+    __slots__ = (
+        "disable_cuda",
+        "disabled_by",
+        "require_cuda",
+        "forced",
+        "forced_cuda",
+        "device",
+        "raw_forced",
+        "fastpath",
+    )
     disable_cuda: bool
     disabled_by: str | None  # the kill switch that is set
     require_cuda: bool
@@ -42,6 +51,7 @@ class Policy(Record):
     forced_cuda: str | None  # the CUDA major of CUPLUG_BACKEND=cuda13:sm80, else None
     device: int
     raw_forced: str | None  # CUPLUG_BACKEND as it was set, for messages
+    fastpath: bool  # CUPLUG_FASTPATH: run() repeats a learned call in C (runtime/fastpath.py)
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -92,7 +102,13 @@ def from_env(env: Mapping[str, str] | None = None, device: int | str | None = No
         forced_cuda=forced_cuda,
         device=_device(device if device is not None else env.get("CUPLUG_DEVICE", "0").strip() or "0"),
         raw_forced=raw_forced,
+        fastpath=fastpath(env),
     )
+
+
+def fastpath(env: Mapping[str, str]) -> bool:
+    """CUPLUG_FASTPATH: on unless set to 0 (or false/no/off): run() repeats a learned call in C (fastpath.py)."""
+    return not env.get("CUPLUG_FASTPATH", "").strip() or _flag(env, "CUPLUG_FASTPATH")
 
 
 def relevant_env(env: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,0 +1,1001 @@
+/*
+ * cuplug.runtime._fastcall: Backend.run's prepared call, in C.
+ *
+ * Backend.run (runtime/api.py) is the whole path: it imports and checks every operand, words every
+ * error and prepares a call (runtime/plan.py) per (op, operand specs, attributes given). This module
+ * repeats such a prepared call for the operands whose accessors it can read without running anyone's
+ * Python: exact torch.Tensor / torch.nn.Parameter, exact numpy.ndarray, and cuplug's own resident
+ * Tensor. Every check that can change between two calls with one key is made again here, on every
+ * call (span, contiguity, layout, lazy views, read-only and requires-grad outputs, overlap, a freed
+ * or closed tensor, a closed or forked instance); anything this module does not accept, or any doubt
+ * (an unknown kind, a key never learned, a busy lock, a failing accessor), goes to Backend.run, which
+ * raises the error this module never words. So the fast path accepts a subset of what the whole path
+ * accepts, and gives the same results for it (tests/test_fastcall.py checks both).
+ *
+ * A call is learned after Backend.run has made it once: `learn()` reads the operands again with this
+ * module's readers, checks that they say what the whole path's plan says, and keeps a FastPlan (the
+ * C descriptors' templates, the attribute slots, how to allocate outputs) under a 64-bit key hash.
+ *
+ * The Limited API of CPython 3.11 (abi3): one build serves every CPython >= 3.11; elsewhere (PyPy, a
+ * free-threaded build, 3.10) the module is not imported and Backend.run serves alone.
+ */
+#ifndef Py_LIMITED_API
+#define Py_LIMITED_API 0x030B0000
+#endif
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cuplug/backend.h"
+
+#define MAX_OPERANDS 16   /* inputs, and outputs, of one fast call: more go through Backend.run */
+#define MAX_ATTRS 16      /* attributes of one op a fast call may carry */
+#define MAX_NDIM 32       /* CUPLUG_MAX_NDIM */
+#define MAX_DTYPES 32
+#define MAX_PLANS 512     /* per Backend; the table starts over when full, as Backend._plans does */
+#define ADDRESS_END (1ULL << 56) /* no user address at or past it (runtime/operands.py ADDRESS_END) */
+#define NO_STREAM UINT64_MAX     /* "no launch stream chosen": the instance's */
+
+typedef int (*call_fn)(void*, const char*, const cuplug_tensor*, int, cuplug_tensor*, int, const cuplug_attr*,
+                       int, uint64_t);
+
+enum kind { K_NONE = 0, K_TORCH = 1, K_NDARRAY = 2, K_RESIDENT = 3 };
+
+/* ---- what Python teaches the module once (dtypes, the frameworks' types): process-wide ---- */
+
+static struct {
+    int n;
+    uint8_t code[MAX_DTYPES], bits[MAX_DTYPES];
+    int itemsize[MAX_DTYPES];
+    PyObject* objs[MAX_DTYPES]; /* cuplug's DType objects, row i of contract.dtypes.TABLE */
+} dtypes;
+
+static PyObject* formats;          /* dict: buffer format str -> dtype row (int) */
+static PyObject* ndarray_type;     /* numpy.ndarray, once NumPy is imported by anyone */
+static PyObject* torch_types[2];   /* torch.Tensor, torch.nn.Parameter */
+static PyObject* torch_strided;    /* torch.strided */
+static PyObject* torch_dtype_objs[MAX_DTYPES];
+static int torch_dtype_rows[MAX_DTYPES];
+static int n_torch_dtypes;
+static PyObject* torch_raw_stream; /* torch._C._cuda_getCurrentRawStream */
+static PyObject* resident_type;    /* cuplug.runtime.api.Tensor */
+
+static PyObject *s_layout, *s_is_nested, *s_dtype, *s_is_neg, *s_is_conj, *s_requires_grad, *s_is_contiguous,
+    *s_is_cuda, *s_is_cpu, *s_get_device, *s_shape, *s_data_ptr, *s_backend, *s_dead, *s_fast, *s_out, *s_stream,
+    *s_acquire, *s_release, *s_closed, *s_handle, *s_forked_from, *s_check, *s_item, *s_lock;
+
+/* ---- one operand as read ---- */
+
+typedef struct {
+    int kind, dt, dev_type, dev_id, ndim, has_view;
+    int64_t shape[MAX_NDIM];
+    uint64_t addr, nbytes;
+    PyObject* obj; /* borrowed: the caller's arguments hold it */
+    Py_buffer view;
+} operand;
+
+static PyObject* attr(PyObject* obj, PyObject* name) { return PyObject_GetAttr(obj, name); }
+
+/* A method's result is `want` (Py_True/Py_False): 1; anything else, an error included: 0 (error cleared). */
+static int method_is(PyObject* obj, PyObject* name, PyObject* want) {
+    PyObject* r = PyObject_CallMethodObjArgs(obj, name, NULL);
+    int ok = r == want;
+    Py_XDECREF(r);
+    if (!r) PyErr_Clear();
+    return ok;
+}
+
+static int attr_is(PyObject* obj, PyObject* name, PyObject* want) {
+    PyObject* r = attr(obj, name);
+    int ok = r == want;
+    Py_XDECREF(r);
+    if (!r) PyErr_Clear();
+    return ok;
+}
+
+/* nbytes = itemsize * prod(shape), refused (0) past ADDRESS_END, as operands.byte_size refuses it. */
+static int byte_size(operand* o) {
+    uint64_t n = (uint64_t)dtypes.itemsize[o->dt];
+    for (int i = 0; i < o->ndim; i++) {
+        uint64_t d = (uint64_t)o->shape[i];
+        if (d && n > (ADDRESS_END - 1) / d) return 0;
+        n *= d;
+    }
+    if (n >= ADDRESS_END) return 0;
+    o->nbytes = n;
+    return 1;
+}
+
+/* operands.check_span: the bytes inside the user address space, never NULL when there are any. */
+static int span_ok(const operand* o) {
+    if (o->addr >= ADDRESS_END || o->addr + o->nbytes > ADDRESS_END) return 0;
+    return !(o->addr == 0 && o->nbytes);
+}
+
+static int shape_from_tuple(PyObject* t, operand* o) {
+    Py_ssize_t n = PyTuple_Size(t);
+    if (n < 0 || n > MAX_NDIM) return 0;
+    o->ndim = (int)n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject* d = PyTuple_GetItem(t, i);
+        if (!d || !PyLong_CheckExact(d)) return 0;
+        long long v = PyLong_AsLongLong(d);
+        if (v < 0) return 0; /* (and -1 with an error) */
+        o->shape[i] = v;
+    }
+    return 1;
+}
+
+/* operands.from_torch, for exact torch.Tensor / Parameter: 1 when every check passes. */
+static int read_torch(PyObject* x, int writable, operand* o) {
+    o->kind = K_TORCH;
+    PyObject* v = attr(x, s_layout);
+    int strided = v && v == torch_strided;
+    Py_XDECREF(v);
+    if (!strided || !attr_is(x, s_is_nested, Py_False)) goto fail;
+    v = attr(x, s_dtype);
+    o->dt = -1;
+    for (int i = 0; v && i < n_torch_dtypes; i++)
+        if (torch_dtype_objs[i] == v) o->dt = torch_dtype_rows[i];
+    Py_XDECREF(v);
+    if (o->dt < 0) goto fail;
+    if (!method_is(x, s_is_neg, Py_False) || !method_is(x, s_is_conj, Py_False)) goto fail;
+    if (writable && !attr_is(x, s_requires_grad, Py_False)) goto fail;
+    if (!method_is(x, s_is_contiguous, Py_True)) goto fail;
+    v = attr(x, s_is_cuda);
+    if (v == Py_True) {
+        Py_DECREF(v);
+        PyObject* idx = PyObject_CallMethodObjArgs(x, s_get_device, NULL);
+        long long i = idx && PyLong_CheckExact(idx) ? PyLong_AsLongLong(idx) : -1;
+        Py_XDECREF(idx);
+        if (i < 0 || i >= (1LL << 31)) goto fail;
+        o->dev_type = CUPLUG_DEVICE_CUDA, o->dev_id = (int)i;
+    } else {
+        Py_XDECREF(v);
+        if (v != Py_False || !attr_is(x, s_is_cpu, Py_True)) goto fail;
+        o->dev_type = CUPLUG_DEVICE_CPU, o->dev_id = 0;
+    }
+    v = attr(x, s_shape);
+    int shaped = v && PyTuple_Check(v) && shape_from_tuple(v, o);
+    Py_XDECREF(v);
+    if (!shaped || !byte_size(o)) goto fail;
+    v = PyObject_CallMethodObjArgs(x, s_data_ptr, NULL);
+    if (!v || !PyLong_CheckExact(v)) {
+        Py_XDECREF(v);
+        goto fail;
+    }
+    o->addr = PyLong_AsUnsignedLongLong(v);
+    Py_DECREF(v);
+    if (PyErr_Occurred() || !span_ok(o)) goto fail;
+    return 1;
+fail:
+    PyErr_Clear();
+    return 0;
+}
+
+/* operands.from_memoryview, for exact numpy.ndarray: the export itself gives the pointer. */
+static int read_ndarray(PyObject* x, int writable, operand* o) {
+    o->kind = K_NDARRAY;
+    int flags = PyBUF_FORMAT | PyBUF_STRIDES | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(x, &o->view, flags) != 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    o->has_view = 1;
+    Py_buffer* b = &o->view;
+    if (!b->format || b->ndim < 0 || b->ndim > MAX_NDIM || !PyBuffer_IsContiguous(b, 'C')) return 0;
+    if (writable && b->readonly) return 0;
+    PyObject* row = PyDict_GetItemString(formats, b->format); /* borrowed; no error raised */
+    if (!row) return 0;
+    o->dt = (int)PyLong_AsLong(row);
+    if (o->dt < 0 || o->dt >= dtypes.n || dtypes.itemsize[o->dt] != b->itemsize) return 0;
+    o->ndim = b->ndim;
+    for (int i = 0; i < b->ndim; i++) {
+        if (!b->shape || b->shape[i] < 0) return 0;
+        o->shape[i] = b->shape[i];
+    }
+    if (!byte_size(o) || o->nbytes != (uint64_t)b->len) return 0;
+    o->dev_type = CUPLUG_DEVICE_CPU, o->dev_id = 0;
+    o->addr = o->nbytes ? (uint64_t)(uintptr_t)b->buf : 0; /* an empty export's pointer is never read */
+    return span_ok(o);
+}
+
+/* Tensor._arg: a live resident tensor of this backend, described once by Python (`_fast`). */
+static int read_resident(PyObject* x, PyObject* backend, operand* o) {
+    o->kind = K_RESIDENT;
+    PyObject* b = attr(x, s_backend);
+    int mine = b && b == backend;
+    Py_XDECREF(b);
+    if (!mine || !attr_is(x, s_dead, Py_None)) goto fail;
+    PyObject* f = attr(x, s_fast); /* (addr, dtype row, device type, device id, shape) */
+    int ok = f && PyTuple_CheckExact(f) && PyTuple_Size(f) == 5;
+    if (ok) {
+        o->addr = PyLong_AsUnsignedLongLong(PyTuple_GetItem(f, 0));
+        o->dt = (int)PyLong_AsLong(PyTuple_GetItem(f, 1));
+        o->dev_type = (int)PyLong_AsLong(PyTuple_GetItem(f, 2));
+        o->dev_id = (int)PyLong_AsLong(PyTuple_GetItem(f, 3));
+        ok = !PyErr_Occurred() && o->dt >= 0 && o->dt < dtypes.n && shape_from_tuple(PyTuple_GetItem(f, 4), o) &&
+             byte_size(o) && span_ok(o);
+    }
+    Py_XDECREF(f);
+    if (ok) return 1;
+fail:
+    PyErr_Clear();
+    return 0;
+}
+
+static int read_operand(PyObject* x, int writable, PyObject* backend, operand* o) {
+    memset(o, 0, offsetof(operand, view));
+    o->obj = x;
+    PyObject* t = (PyObject*)Py_TYPE(x);
+    if (t == ndarray_type && ndarray_type) return read_ndarray(x, writable, o);
+    if ((t == torch_types[0] || t == torch_types[1]) && t) return read_torch(x, writable, o);
+    if (t == resident_type && resident_type) return read_resident(x, backend, o);
+    return 0;
+}
+
+static void release_operands(operand* ops, int n) {
+    for (int i = 0; i < n; i++)
+        if (ops[i].has_view) {
+            PyBuffer_Release(&ops[i].view);
+            ops[i].has_view = 0;
+        }
+}
+
+/* ---- FastPlan: one learned call ---- */
+
+typedef struct {
+    PyObject* name;      /* str, as the caller spells it */
+    int slot;            /* in the attribute template */
+    int is_float, sized; /* a sized attribute keys the plan by value: it must equal the template's */
+} given_attr;
+
+typedef struct {
+    PyObject_HEAD
+    uint64_t key;
+    PyObject* op;        /* str */
+    PyObject* op_bytes;  /* bytes: what C receives */
+    int n_in, n_out, out_given, elementwise, n_attrs, n_given;
+    operand spec[2 * MAX_OPERANDS]; /* kind, dtype, device, shape of each input then output (no addresses) */
+    cuplug_tensor tmpl[2 * MAX_OPERANDS];
+    int64_t shapes[2 * MAX_OPERANDS][MAX_NDIM];
+    cuplug_attr attrs[MAX_ATTRS];
+    PyObject* attr_names; /* bytes objects the template's names point into */
+    given_attr given[MAX_ATTRS];
+    PyObject* makers;     /* tuple of (callable, args, kwargs) per output, or None (out= given) */
+    int scalar[MAX_OPERANDS]; /* the output is returned as a Python number (.item()) */
+} FastPlan;
+
+static PyTypeObject* FastPlan_Type;
+
+static void FastPlan_dealloc(PyObject* self) {
+    FastPlan* p = (FastPlan*)self;
+    Py_XDECREF(p->op);
+    Py_XDECREF(p->op_bytes);
+    Py_XDECREF(p->attr_names);
+    Py_XDECREF(p->makers);
+    for (int i = 0; i < p->n_given; i++) Py_XDECREF(p->given[i].name);
+    PyTypeObject* tp = Py_TYPE(self);
+    freefunc free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    free(self);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot FastPlan_slots[] = {
+    {Py_tp_dealloc, FastPlan_dealloc},
+    {Py_tp_doc, "A call learned by Dispatcher.learn (opaque)."},
+    {0, NULL},
+};
+static PyType_Spec FastPlan_spec = {"cuplug.runtime._fastcall.FastPlan", sizeof(FastPlan), 0, Py_TPFLAGS_DEFAULT,
+                                    FastPlan_slots};
+
+/* FNV-1a over the key's words: the op, each operand's kind/dtype/device/shape, the attributes given. */
+static uint64_t mix(uint64_t h, uint64_t v) {
+    for (int i = 0; i < 8; i++) {
+        h ^= (v >> (8 * i)) & 0xff;
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static uint64_t operand_key(uint64_t h, const operand* o) {
+    h = mix(h, (uint64_t)o->kind | (uint64_t)o->dt << 8 | (uint64_t)o->dev_type << 16 | (uint64_t)o->ndim << 24);
+    h = mix(h, (uint64_t)o->dev_id);
+    for (int i = 0; i < o->ndim; i++) h = mix(h, (uint64_t)o->shape[i]);
+    return h;
+}
+
+/* What the whole path's plan says of an operand (no kind: an allocated output's is its maker's). */
+static int spec_agrees(const operand* read, const operand* said) {
+    return read->dt == said->dt && read->dev_type == said->dev_type && read->dev_id == said->dev_id &&
+           read->ndim == said->ndim && memcmp(read->shape, said->shape, sizeof(int64_t) * read->ndim) == 0;
+}
+
+static int same_spec(const operand* a, const operand* b) { return a->kind == b->kind && spec_agrees(a, b); }
+
+/* ---- the call's attributes, as Attr.value_of's fast cases convert them ---- */
+
+typedef struct {
+    PyObject* name; /* borrowed from kwargs */
+    PyObject* value;
+} kwattr;
+
+static int attr_value(PyObject* v, int is_float, cuplug_attr* out) {
+    if (is_float) {
+        if (PyFloat_CheckExact(v)) out->value.f = PyFloat_AsDouble(v);
+        else if (PyLong_CheckExact(v)) {
+            out->value.f = PyLong_AsDouble(v); /* float(v); OverflowError for a huge int */
+            if (PyErr_Occurred()) {
+                PyErr_Clear();
+                return 0;
+            }
+        } else
+            return 0;
+        return 1;
+    }
+    if (!PyLong_CheckExact(v)) return 0;
+    int overflow = 0;
+    long long i = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (i == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    out->value.i = i;
+    return 1;
+}
+
+static uint64_t attrs_key(uint64_t h, const kwattr* kw, int n) {
+    for (int i = 0; i < n; i++) h = mix(h, (uint64_t)PyObject_Hash(kw[i].name));
+    return h;
+}
+
+/* ---- the Dispatcher: Backend.run's fast path for one Backend ---- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject* backend_ref; /* weakref: a Backend holds its Dispatcher, never the reverse */
+    PyObject* slow;        /* Backend.run, unbound: the whole path */
+    PyObject* core;        /* runtime.api._Core: lock, handle, closed, forked_from */
+    call_fn call;
+    int cuda, device_index;
+    PyObject* plans; /* dict: key (int) -> FastPlan */
+    unsigned long long fast_calls, slow_calls;
+} Dispatcher;
+
+static PyTypeObject* Dispatcher_Type;
+
+static PyObject* go_slow(Dispatcher* d, PyObject* args, PyObject* kwargs) {
+    d->slow_calls++;
+    PyObject* backend = PyWeakref_GetObject(d->backend_ref); /* borrowed */
+    if (!backend) return NULL;
+    if (backend == Py_None) {
+        PyErr_SetString(PyExc_ReferenceError, "this Backend is gone");
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_Size(args);
+    PyObject* full = PyTuple_New(n + 1);
+    if (!full) return NULL;
+    Py_INCREF(backend);
+    PyTuple_SetItem(full, 0, backend);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject* a = PyTuple_GetItem(args, i);
+        Py_INCREF(a);
+        PyTuple_SetItem(full, i + 1, a);
+    }
+    PyObject* r = PyObject_Call(d->slow, full, kwargs);
+    Py_DECREF(full);
+    return r;
+}
+
+typedef struct {
+    PyObject* op;
+    Py_ssize_t n_in, n_out;
+    PyObject* out;     /* borrowed, or NULL */
+    PyObject* stream;  /* borrowed, or NULL */
+    kwattr kw[MAX_ATTRS];
+    int n_kw;
+    PyObject* outs[MAX_OPERANDS]; /* borrowed: the out= objects */
+    operand ops[2 * MAX_OPERANDS];
+    uint64_t launch; /* NO_STREAM: the instance's */
+    uint64_t key;
+} call_state;
+
+/* Splits a call into op, operands, out=, stream= and attributes; 0 when it is none the fast path takes. */
+static int parse_call(PyObject* args, PyObject* kwargs, call_state* c) {
+    Py_ssize_t n = PyTuple_Size(args);
+    if (n < 1 || n - 1 > MAX_OPERANDS) return 0;
+    c->op = PyTuple_GetItem(args, 0);
+    if (!PyUnicode_CheckExact(c->op)) return 0;
+    c->n_in = n - 1;
+    c->out = c->stream = NULL;
+    c->n_kw = 0;
+    if (kwargs) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(kwargs, &pos, &k, &v)) {
+            if (!PyUnicode_CheckExact(k)) return 0;
+            if (PyUnicode_Compare(k, s_out) == 0) c->out = v == Py_None ? NULL : v;
+            else if (PyUnicode_Compare(k, s_stream) == 0) c->stream = v == Py_None ? NULL : v;
+            else {
+                if (c->n_kw == MAX_ATTRS) return 0;
+                c->kw[c->n_kw].name = k, c->kw[c->n_kw].value = v;
+                c->n_kw++;
+            }
+        }
+    }
+    c->n_out = 0;
+    if (c->out) {
+        if (PyTuple_CheckExact(c->out) || PyList_CheckExact(c->out)) {
+            int tup = PyTuple_CheckExact(c->out);
+            c->n_out = tup ? PyTuple_Size(c->out) : PyList_Size(c->out);
+            if (c->n_out < 1 || c->n_out > MAX_OPERANDS) return 0;
+            for (Py_ssize_t i = 0; i < c->n_out; i++)
+                c->outs[i] = tup ? PyTuple_GetItem(c->out, i) : PyList_GetItem(c->out, i);
+        } else {
+            c->n_out = 1;
+            c->outs[0] = c->out;
+        }
+    }
+    if (c->stream) { /* an integer handle: as stream_handle() takes it; other stream objects: the whole path */
+        if (!PyLong_CheckExact(c->stream)) return 0;
+        unsigned long long h = PyLong_AsUnsignedLongLong(c->stream);
+        if (PyErr_Occurred() || h >= ADDRESS_END) {
+            PyErr_Clear();
+            return 0;
+        }
+        c->launch = h;
+    } else
+        c->launch = NO_STREAM;
+    return 1;
+}
+
+/* Reads every operand (0: one the fast path does not take; the views read so far are released). */
+static int read_operands(Dispatcher* d, call_state* c, PyObject* args) {
+    PyObject* backend = PyWeakref_GetObject(d->backend_ref);
+    if (!backend || backend == Py_None) {
+        PyErr_Clear();
+        return 0;
+    }
+    int i = 0;
+    for (; i < c->n_in; i++)
+        if (!read_operand(PyTuple_GetItem(args, i + 1), 0, backend, &c->ops[i])) goto fail;
+    for (int j = 0; j < c->n_out; j++, i++)
+        if (!read_operand(c->outs[j], 1, backend, &c->ops[i])) goto fail;
+    return 1;
+fail:
+    release_operands(c->ops, i + 1);
+    return 0;
+}
+
+/* Backend._framework_launch: PyTorch's current stream when a PyTorch CUDA tensor is among the operands. */
+static int framework_launch(Dispatcher* d, call_state* c) {
+    if (c->launch != NO_STREAM || !d->cuda) return 1;
+    for (int i = 0; i < c->n_in + c->n_out; i++) {
+        if (c->ops[i].kind == K_TORCH && c->ops[i].dev_type == CUPLUG_DEVICE_CUDA) {
+            if (!torch_raw_stream) return 0;
+            PyObject* idx = PyLong_FromLong(d->device_index);
+            PyObject* s = idx ? PyObject_CallFunctionObjArgs(torch_raw_stream, idx, NULL) : NULL;
+            Py_XDECREF(idx);
+            int ok = s && PyLong_CheckExact(s);
+            unsigned long long h = ok ? PyLong_AsUnsignedLongLong(s) : 0;
+            Py_XDECREF(s);
+            if (!ok || PyErr_Occurred() || h >= ADDRESS_END) {
+                PyErr_Clear();
+                return 0;
+            }
+            c->launch = h;
+            return 1;
+        }
+    }
+    return 1;
+}
+
+static uint64_t call_key(call_state* c, PyObject* op_hash_src) {
+    uint64_t h = mix(1469598103934665603ULL, (uint64_t)PyObject_Hash(op_hash_src));
+    h = mix(h, (uint64_t)c->n_in | (uint64_t)c->n_out << 16);
+    for (int i = 0; i < c->n_in + c->n_out; i++) h = operand_key(h, &c->ops[i]);
+    return attrs_key(h, c->kw, c->n_kw);
+}
+
+/* The learned plan of this call, its attributes written into `attrs` (NULL: none). */
+static FastPlan* find_plan(Dispatcher* d, call_state* c, cuplug_attr* attrs) {
+    c->key = call_key(c, c->op);
+    PyObject* k = PyLong_FromUnsignedLongLong(c->key);
+    if (!k) return NULL;
+    PyObject* found = PyDict_GetItemWithError(d->plans, k);
+    Py_DECREF(k);
+    if (!found) return NULL;
+    FastPlan* p = (FastPlan*)found;
+    if (p->n_in != c->n_in || p->n_out != (c->out ? c->n_out : p->n_out) || p->out_given != (c->out != NULL) ||
+        p->n_given != c->n_kw || PyUnicode_Compare(p->op, c->op) != 0)
+        return NULL;
+    for (int i = 0; i < c->n_in + (c->out ? c->n_out : 0); i++)
+        if (!same_spec(&p->spec[i], &c->ops[i])) return NULL;
+    memcpy(attrs, p->attrs, sizeof(cuplug_attr) * p->n_attrs);
+    for (int i = 0; i < c->n_kw; i++) {
+        given_attr* g = &p->given[i];
+        if (PyUnicode_Compare(g->name, c->kw[i].name) != 0) return NULL;
+        cuplug_attr v;
+        if (!attr_value(c->kw[i].value, g->is_float, &v)) return NULL;
+        if (g->sized && (g->is_float ? v.value.f != p->attrs[g->slot].value.f : v.value.i != p->attrs[g->slot].value.i))
+            return NULL;
+        attrs[g->slot].value = v.value;
+    }
+    if (PyErr_Occurred()) PyErr_Clear();
+    return p;
+}
+
+/* _refuse_overlap: 1 when no out= array shares memory with an input or another output (but the exact
+ * in-place write of an elementwise op). */
+static int no_overlap(FastPlan* p, call_state* c) {
+    for (int k = 0; k < c->n_out; k++) {
+        operand* o = &c->ops[c->n_in + k];
+        uint64_t lo = o->addr, hi = o->addr + o->nbytes;
+        if (lo == hi) continue;
+        for (int j = 0; j < c->n_in + c->n_out; j++) {
+            operand* a = &c->ops[j];
+            if (j == c->n_in + k || !a->nbytes || a->addr >= hi || lo >= a->addr + a->nbytes) continue;
+            if (j < c->n_in && p->elementwise && a->addr == lo && a->nbytes == o->nbytes && a->dt == o->dt &&
+                a->ndim == o->ndim && memcmp(a->shape, o->shape, sizeof(int64_t) * a->ndim) == 0)
+                continue;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Outputs from the caller's allocator (the makers Python taught), read as operands. */
+static int make_outputs(Dispatcher* d, FastPlan* p, call_state* c, PyObject** made) {
+    PyObject* backend = PyWeakref_GetObject(d->backend_ref);
+    for (int j = 0; j < p->n_out; j++) made[j] = NULL;
+    for (int j = 0; j < p->n_out; j++) {
+        PyObject* m = PyTuple_GetItem(p->makers, j);
+        made[j] = PyObject_Call(PyTuple_GetItem(m, 0), PyTuple_GetItem(m, 1), PyTuple_GetItem(m, 2));
+        if (!made[j]) return -1; /* the allocator's own error (out of memory): raised as it is */
+        operand* o = &c->ops[c->n_in + j];
+        if (!read_operand(made[j], 1, backend, o) || !spec_agrees(o, &p->spec[c->n_in + j])) {
+            release_operands(o, 1);
+            return 0;
+        }
+        c->n_out = j + 1;
+    }
+    return 1;
+}
+
+static void drop_made(PyObject** made, int n) {
+    for (int j = 0; j < n; j++) Py_XDECREF(made[j]);
+}
+
+/* The call itself, under the instance's lock taken without waiting (a busy lock: the whole path waits for it
+ * instead). 1: done; 0: not here (the whole path then); -1: the backend failed, the exception is set. */
+static int call_locked(Dispatcher* d, FastPlan* p, call_state* c, cuplug_attr* attrs) {
+    int n_ops = (int)(c->n_in + c->n_out);
+    PyObject* lock = attr(d->core, s_lock);
+    PyObject* got = lock ? PyObject_CallMethodObjArgs(lock, s_acquire, Py_False, NULL) : NULL;
+    int locked = got == Py_True;
+    Py_XDECREF(got);
+    if (!locked) {
+        PyErr_Clear();
+        Py_XDECREF(lock);
+        return 0;
+    }
+    /* Backend._live_handle: open, not forked; each resident tensor still live (another thread may free it) */
+    PyObject* closed = attr(d->core, s_closed);
+    PyObject* handle = attr(d->core, s_handle);
+    PyObject* forked = attr(d->core, s_forked_from);
+    int state = closed == Py_False && handle && PyLong_CheckExact(handle) && forked == Py_None;
+    void* h = state ? PyLong_AsVoidPtr(handle) : NULL;
+    Py_XDECREF(closed);
+    Py_XDECREF(handle);
+    Py_XDECREF(forked);
+    if (!h) state = 0;
+    for (int i = 0; state && i < n_ops; i++)
+        if (c->ops[i].kind == K_RESIDENT && !attr_is(c->ops[i].obj, s_dead, Py_None)) state = 0;
+    if (state) {
+        cuplug_tensor t[2 * MAX_OPERANDS];
+        memcpy(t, p->tmpl, sizeof(cuplug_tensor) * n_ops);
+        for (int i = 0; i < n_ops; i++) t[i].data = (void*)(uintptr_t)c->ops[i].addr;
+        const char* op = PyBytes_AsString(p->op_bytes);
+        /* 0 = the instance's stream; a framework's stream 0 is cudaStreamLegacy (1) to the C side */
+        uint64_t stream = c->launch == NO_STREAM ? 0 : (c->launch == 0 ? 1 : c->launch);
+        int n_in = (int)c->n_in, n_out = (int)c->n_out, n_attrs = p->n_attrs, rc;
+        call_fn fn = d->call;
+        Py_BEGIN_ALLOW_THREADS
+        rc = fn(h, op, t, n_in, t + n_in, n_out, attrs, n_attrs, stream);
+        Py_END_ALLOW_THREADS
+        if (rc) { /* Backend._check words it (the instance's last error, read under the lock) */
+            PyObject* backend = PyWeakref_GetObject(d->backend_ref);
+            PyObject* code = PyLong_FromLong(rc);
+            PyObject* r = code && backend && backend != Py_None
+                              ? PyObject_CallMethodObjArgs(backend, s_check, code, p->op, NULL)
+                              : NULL;
+            Py_XDECREF(code);
+            Py_XDECREF(r);
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_RuntimeError, "cuplug: %U failed with status %d and raised nothing", p->op, rc);
+            state = -1;
+        }
+    } else
+        PyErr_Clear();
+    PyObject* exc_type = NULL;
+    PyObject *exc_value = NULL, *exc_tb = NULL;
+    if (state < 0) PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+    PyObject* rel = PyObject_CallMethodObjArgs(lock, s_release, NULL);
+    Py_XDECREF(rel);
+    Py_DECREF(lock);
+    if (state < 0) PyErr_Restore(exc_type, exc_value, exc_tb);
+    else if (!rel)
+        return -1;
+    return state;
+}
+
+/* What run() returns for out=: the out array, or a tuple of them. */
+static PyObject* given_outputs(call_state* c) {
+    if (c->n_out == 1) {
+        Py_INCREF(c->outs[0]);
+        return c->outs[0];
+    }
+    if (PyList_CheckExact(c->out)) return PyList_AsTuple(c->out);
+    Py_INCREF(c->out);
+    return c->out;
+}
+
+/* Allocated outputs: .item() of a scalar one (a host call's Python number), one or a tuple of them. */
+static PyObject* made_outputs(FastPlan* p, PyObject** made, int n) {
+    for (int j = 0; j < n; j++)
+        if (p->scalar[j]) {
+            PyObject* v = PyObject_CallMethodObjArgs(made[j], s_item, NULL);
+            if (!v) {
+                drop_made(made, n);
+                return NULL;
+            }
+            Py_DECREF(made[j]);
+            made[j] = v;
+        }
+    if (n == 1) return made[0];
+    PyObject* r = PyTuple_New(n);
+    if (!r) {
+        drop_made(made, n);
+        return NULL;
+    }
+    for (int j = 0; j < n; j++) PyTuple_SetItem(r, j, made[j]);
+    return r;
+}
+
+static PyObject* Dispatcher_call(PyObject* self, PyObject* args, PyObject* kwargs) {
+    Dispatcher* d = (Dispatcher*)self;
+    call_state c;
+    if (!parse_call(args, kwargs, &c) || !read_operands(d, &c, args)) return go_slow(d, args, kwargs);
+    int n_read = (int)(c.n_in + c.n_out);
+    cuplug_attr attrs[MAX_ATTRS];
+    FastPlan* p = NULL;
+    int resident = 0;
+    for (int i = 0; i < n_read; i++) resident |= c.ops[i].kind == K_RESIDENT;
+    if (!framework_launch(d, &c) || !(p = find_plan(d, &c, attrs)) || (resident && c.launch != NO_STREAM) ||
+        (c.out && !no_overlap(p, &c))) {
+        PyErr_Clear();
+        release_operands(c.ops, n_read);
+        return go_slow(d, args, kwargs);
+    }
+    Py_INCREF((PyObject*)p); /* a learn() on another thread may start the table over while the GIL is released */
+    PyObject* made[MAX_OPERANDS];
+    int n_made = 0;
+    if (!c.out) {
+        n_made = p->n_out;
+        int r = make_outputs(d, p, &c, made);
+        if (r <= 0) {
+            release_operands(c.ops, (int)(c.n_in + c.n_out));
+            drop_made(made, n_made);
+            Py_DECREF((PyObject*)p);
+            return r < 0 ? NULL : go_slow(d, args, kwargs);
+        }
+    }
+    int state = call_locked(d, p, &c, attrs);
+    release_operands(c.ops, (int)(c.n_in + c.n_out));
+    if (state <= 0) {
+        drop_made(made, n_made);
+        Py_DECREF((PyObject*)p);
+        return state < 0 ? NULL : go_slow(d, args, kwargs);
+    }
+    d->fast_calls++;
+    PyObject* result = c.out ? given_outputs(&c) : made_outputs(p, made, n_made);
+    Py_DECREF((PyObject*)p);
+    return result;
+}
+
+/* ---- learn: a call Backend.run has just made, kept for the fast path ---- */
+
+static int spec_from_py(PyObject* row, operand* o) { /* (dtype row, device type, device id, shape) */
+    if (!PyTuple_CheckExact(row) || PyTuple_Size(row) != 4) return 0;
+    o->dt = (int)PyLong_AsLong(PyTuple_GetItem(row, 0));
+    o->dev_type = (int)PyLong_AsLong(PyTuple_GetItem(row, 1));
+    o->dev_id = (int)PyLong_AsLong(PyTuple_GetItem(row, 2));
+    PyObject* shape = PyTuple_GetItem(row, 3);
+    if (PyErr_Occurred() || o->dt < 0 || o->dt >= dtypes.n || !shape || !PyTuple_CheckExact(shape)) return 0;
+    return shape_from_tuple(shape, o);
+}
+
+static PyObject* learn_fail(call_state* c, int n, FastPlan* p) {
+    release_operands(c->ops, n);
+    Py_XDECREF((PyObject*)p);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_FALSE;
+}
+
+/* learn(args, kwargs, facts): facts = (op bytes, elementwise, input specs, output specs, attribute rows,
+ * given attributes, makers or None, scalar flags); see runtime/fastpath.py. True when kept. */
+static PyObject* Dispatcher_learn(PyObject* self, PyObject* a) {
+    Dispatcher* d = (Dispatcher*)self;
+    PyObject *args, *kwargs, *facts;
+    if (!PyArg_ParseTuple(a, "O!OO!", &PyTuple_Type, &args, &kwargs, &PyTuple_Type, &facts)) return NULL;
+    if (kwargs == Py_None) kwargs = NULL;
+    else if (!PyDict_Check(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "learn: kwargs must be a dict or None");
+        return NULL;
+    }
+    PyObject *op_bytes, *elementwise, *in_specs, *out_specs, *attr_rows, *given, *makers, *scalars;
+    if (!PyArg_ParseTuple(facts, "O!OO!O!O!O!OO!", &PyBytes_Type, &op_bytes, &elementwise, &PyTuple_Type, &in_specs,
+                          &PyTuple_Type, &out_specs, &PyTuple_Type, &attr_rows, &PyTuple_Type, &given, &makers,
+                          &PyTuple_Type, &scalars))
+        return NULL;
+    call_state c;
+    if (!parse_call(args, kwargs, &c) || !read_operands(d, &c, args)) Py_RETURN_FALSE;
+    int n_read = (int)(c.n_in + c.n_out);
+    if (!framework_launch(d, &c)) return learn_fail(&c, n_read, NULL);
+    for (int i = 0; i < n_read; i++) /* a resident operand on a caller's stream: the whole path orders it */
+        if (c.ops[i].kind == K_RESIDENT && c.launch != NO_STREAM) return learn_fail(&c, n_read, NULL);
+    cuplug_attr known[MAX_ATTRS];
+    if (find_plan(d, &c, known)) { /* already kept (Backend.run called directly) */
+        release_operands(c.ops, n_read);
+        Py_RETURN_TRUE;
+    }
+    PyErr_Clear();
+    Py_ssize_t n_out = PyTuple_Size(out_specs);
+    if (PyTuple_Size(in_specs) != c.n_in || n_out < 1 || n_out > MAX_OPERANDS ||
+        (c.out && n_out != c.n_out) || (!c.out && (makers == Py_None || !PyTuple_CheckExact(makers) ||
+                                                   PyTuple_Size(makers) != n_out)) ||
+        PyTuple_Size(scalars) != n_out || PyTuple_Size(attr_rows) > MAX_ATTRS || PyTuple_Size(given) != c.n_kw) {
+        PyErr_Clear();
+        return learn_fail(&c, n_read, NULL);
+    }
+    FastPlan* p = PyObject_New(FastPlan, FastPlan_Type);
+    if (!p) return learn_fail(&c, n_read, NULL);
+    memset((char*)p + offsetof(FastPlan, key), 0, sizeof(FastPlan) - offsetof(FastPlan, key));
+    p->op = c.op, Py_INCREF(c.op);
+    p->op_bytes = op_bytes, Py_INCREF(op_bytes);
+    p->n_in = (int)c.n_in, p->n_out = (int)n_out, p->out_given = c.out != NULL;
+    p->elementwise = PyObject_IsTrue(elementwise) == 1;
+    for (int i = 0; i < c.n_in + n_out; i++) {
+        operand said;
+        PyObject* row = i < c.n_in ? PyTuple_GetItem(in_specs, i) : PyTuple_GetItem(out_specs, i - c.n_in);
+        if (!spec_from_py(row, &said)) return learn_fail(&c, n_read, p);
+        if (i < n_read) { /* what this module reads must be what the whole path's plan says */
+            if (!spec_agrees(&c.ops[i], &said)) return learn_fail(&c, n_read, p);
+            p->spec[i] = c.ops[i];
+            p->spec[i].has_view = 0, p->spec[i].obj = NULL, p->spec[i].addr = 0;
+        } else /* an allocated output: its kind is what its maker gives (checked at each call) */
+            p->spec[i] = said, p->spec[i].kind = K_NONE;
+        cuplug_tensor* t = &p->tmpl[i];
+        t->device_type = said.dev_type, t->device_id = said.dev_id, t->ndim = said.ndim;
+        t->dtype.code = dtypes.code[said.dt], t->dtype.bits = dtypes.bits[said.dt], t->dtype.lanes = 1;
+        memcpy(p->shapes[i], said.shape, sizeof(int64_t) * said.ndim);
+        t->shape = p->shapes[i];
+        t->strides = NULL, t->byte_offset = 0;
+        p->scalar[i < c.n_in ? 0 : i - c.n_in] |= i >= c.n_in && PyObject_IsTrue(PyTuple_GetItem(scalars, i - c.n_in)) == 1;
+    }
+    p->n_attrs = (int)PyTuple_Size(attr_rows);
+    p->attr_names = PyTuple_New(p->n_attrs);
+    if (!p->attr_names) return learn_fail(&c, n_read, p);
+    for (int i = 0; i < p->n_attrs; i++) { /* (name bytes, is_float, value) */
+        PyObject* row = PyTuple_GetItem(attr_rows, i);
+        PyObject *name, *value;
+        int is_float;
+        if (!PyTuple_CheckExact(row) || !PyArg_ParseTuple(row, "O!pO", &PyBytes_Type, &name, &is_float, &value))
+            return learn_fail(&c, n_read, p);
+        Py_INCREF(name);
+        PyTuple_SetItem(p->attr_names, i, name);
+        p->attrs[i].name = PyBytes_AsString(name);
+        p->attrs[i].kind = is_float ? CUPLUG_ATTR_FLOAT64 : CUPLUG_ATTR_INT64;
+        if (is_float) p->attrs[i].value.f = PyFloat_AsDouble(value);
+        else p->attrs[i].value.i = PyLong_AsLongLong(value);
+        if (PyErr_Occurred()) return learn_fail(&c, n_read, p);
+    }
+    for (int i = 0; i < c.n_kw; i++) { /* (name str, slot, is_float, sized), in the call's order */
+        PyObject* row = PyTuple_GetItem(given, i);
+        PyObject* name;
+        given_attr* g = &p->given[i];
+        if (!PyTuple_CheckExact(row) || !PyArg_ParseTuple(row, "O!ipp", &PyUnicode_Type, &name, &g->slot, &g->is_float,
+                                                          &g->sized))
+            return learn_fail(&c, n_read, p);
+        g->name = name, Py_INCREF(name);
+        p->n_given = i + 1;
+        cuplug_attr v;
+        if (g->slot < 0 || g->slot >= p->n_attrs || PyUnicode_Compare(name, c.kw[i].name) != 0 ||
+            !attr_value(c.kw[i].value, g->is_float, &v) || (g->is_float != (p->attrs[g->slot].kind == CUPLUG_ATTR_FLOAT64)))
+            return learn_fail(&c, n_read, p);
+    }
+    if (!c.out) p->makers = makers, Py_INCREF(makers);
+    p->key = call_key(&c, c.op);
+    release_operands(c.ops, n_read);
+    if (PyDict_Size(d->plans) >= MAX_PLANS) PyDict_Clear(d->plans);
+    PyObject* k = PyLong_FromUnsignedLongLong(p->key);
+    int rc = k ? PyDict_SetItem(d->plans, k, (PyObject*)p) : -1;
+    Py_XDECREF(k);
+    Py_DECREF((PyObject*)p);
+    if (rc < 0) return NULL;
+    Py_RETURN_TRUE;
+}
+
+static PyObject* Dispatcher_stats(PyObject* self, PyObject* unused) {
+    (void)unused;
+    Dispatcher* d = (Dispatcher*)self;
+    return Py_BuildValue("{sKsKsn}", "fast_calls", d->fast_calls, "slow_calls", d->slow_calls, "plans",
+                         PyDict_Size(d->plans));
+}
+
+static PyObject* Dispatcher_forget(PyObject* self, PyObject* unused) {
+    (void)unused;
+    PyDict_Clear(((Dispatcher*)self)->plans);
+    Py_RETURN_NONE;
+}
+
+/* Dispatcher(backend, slow, core, call_address, cuda, device_index) */
+static PyObject* Dispatcher_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+    PyObject *backend, *slow, *core;
+    unsigned long long call_address;
+    int cuda, device_index;
+    if (kwargs && PyDict_Size(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "Dispatcher takes positional arguments only");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "OOOKpi", &backend, &slow, &core, &call_address, &cuda, &device_index)) return NULL;
+    if (!call_address || !PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_ValueError, "Dispatcher: no call entry point, or a slow path that is not callable");
+        return NULL;
+    }
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    Dispatcher* d = (Dispatcher*)alloc(type, 0);
+    if (!d) return NULL;
+    d->backend_ref = PyWeakref_NewRef(backend, NULL);
+    d->plans = PyDict_New();
+    if (!d->backend_ref || !d->plans) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    d->slow = slow, Py_INCREF(slow);
+    d->core = core, Py_INCREF(core);
+    d->call = (call_fn)(uintptr_t)call_address;
+    d->cuda = cuda, d->device_index = device_index;
+    return (PyObject*)d;
+}
+
+static void Dispatcher_dealloc(PyObject* self) {
+    Dispatcher* d = (Dispatcher*)self;
+    Py_XDECREF(d->backend_ref);
+    Py_XDECREF(d->slow);
+    Py_XDECREF(d->core);
+    Py_XDECREF(d->plans);
+    PyTypeObject* tp = Py_TYPE(self);
+    freefunc free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    free(self);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef Dispatcher_methods[] = {
+    {"learn", Dispatcher_learn, METH_VARARGS, "learn(args, kwargs, facts) -> bool: keep a call Backend.run made."},
+    {"stats", Dispatcher_stats, METH_NOARGS, "stats() -> {'fast_calls', 'slow_calls', 'plans'}."},
+    {"forget", Dispatcher_forget, METH_NOARGS, "forget(): drop every learned call."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot Dispatcher_slots[] = {
+    {Py_tp_new, Dispatcher_new},
+    {Py_tp_dealloc, Dispatcher_dealloc},
+    {Py_tp_call, Dispatcher_call},
+    {Py_tp_methods, Dispatcher_methods},
+    {Py_tp_doc, "run(op, *inputs, out=None, stream=None, **attrs): Backend.run, a learned call repeated in C."},
+    {0, NULL},
+};
+static PyType_Spec Dispatcher_spec = {"cuplug.runtime._fastcall.Dispatcher", sizeof(Dispatcher), 0,
+                                      Py_TPFLAGS_DEFAULT, Dispatcher_slots};
+
+/* ---- module functions: what Python teaches once ---- */
+
+static void set_ref(PyObject** slot, PyObject* v) {
+    PyObject* old = *slot;
+    Py_XINCREF(v);
+    *slot = v;
+    Py_XDECREF(old);
+}
+
+/* configure(dtype rows, formats, resident type): rows (DType, code, bits, itemsize) of contract.dtypes.TABLE. */
+static PyObject* fc_configure(PyObject* m, PyObject* a) {
+    (void)m;
+    PyObject *rows, *fmts, *resident;
+    if (!PyArg_ParseTuple(a, "O!O!O", &PyTuple_Type, &rows, &PyDict_Type, &fmts, &resident)) return NULL;
+    Py_ssize_t n = PyTuple_Size(rows);
+    if (n > MAX_DTYPES) {
+        PyErr_SetString(PyExc_ValueError, "configure: more dtypes than the fast path holds");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject* obj;
+        int code, bits, itemsize;
+        if (!PyArg_ParseTuple(PyTuple_GetItem(rows, i), "Oiii", &obj, &code, &bits, &itemsize)) return NULL;
+        set_ref(&dtypes.objs[i], obj);
+        dtypes.code[i] = (uint8_t)code, dtypes.bits[i] = (uint8_t)bits, dtypes.itemsize[i] = itemsize;
+    }
+    dtypes.n = (int)n;
+    set_ref(&formats, fmts);
+    set_ref(&resident_type, resident);
+    Py_RETURN_NONE;
+}
+
+static PyObject* fc_set_numpy(PyObject* m, PyObject* ndarray) {
+    (void)m;
+    set_ref(&ndarray_type, ndarray);
+    Py_RETURN_NONE;
+}
+
+/* set_torch(Tensor, Parameter, strided, ((torch dtype, row), ...), raw stream function or None) */
+static PyObject* fc_set_torch(PyObject* m, PyObject* a) {
+    (void)m;
+    PyObject *tensor, *param, *strided, *pairs, *raw;
+    if (!PyArg_ParseTuple(a, "OOOO!O", &tensor, &param, &strided, &PyTuple_Type, &pairs, &raw)) return NULL;
+    Py_ssize_t n = PyTuple_Size(pairs);
+    if (n > MAX_DTYPES) {
+        PyErr_SetString(PyExc_ValueError, "set_torch: more dtypes than the fast path holds");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject* obj;
+        int row;
+        if (!PyArg_ParseTuple(PyTuple_GetItem(pairs, i), "Oi", &obj, &row)) return NULL;
+        set_ref(&torch_dtype_objs[i], obj);
+        torch_dtype_rows[i] = row;
+    }
+    n_torch_dtypes = (int)n;
+    set_ref(&torch_types[0], tensor);
+    set_ref(&torch_types[1], param);
+    set_ref(&torch_strided, strided);
+    set_ref(&torch_raw_stream, raw == Py_None ? NULL : raw);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"configure", fc_configure, METH_VARARGS, "configure(dtype rows, formats, resident Tensor type)"},
+    {"set_numpy", fc_set_numpy, METH_O, "set_numpy(numpy.ndarray)"},
+    {"set_torch", fc_set_torch, METH_VARARGS, "set_torch(Tensor, Parameter, strided, dtype pairs, raw stream)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_fastcall",
+                                        "Backend.run's prepared call in C (runtime/fastpath.py).", -1,
+                                        module_methods, NULL, NULL, NULL, NULL};
+
+#define INTERN(var, text)                                        \
+    if (!(var = PyUnicode_InternFromString(text))) return NULL;
+
+PyMODINIT_FUNC PyInit__fastcall(void) {
+    INTERN(s_layout, "layout") INTERN(s_is_nested, "is_nested") INTERN(s_dtype, "dtype") INTERN(s_is_neg, "is_neg")
+    INTERN(s_is_conj, "is_conj") INTERN(s_requires_grad, "requires_grad") INTERN(s_is_contiguous, "is_contiguous")
+    INTERN(s_is_cuda, "is_cuda") INTERN(s_is_cpu, "is_cpu") INTERN(s_get_device, "get_device")
+    INTERN(s_shape, "shape") INTERN(s_data_ptr, "data_ptr") INTERN(s_backend, "backend") INTERN(s_dead, "_dead")
+    INTERN(s_fast, "_fast") INTERN(s_out, "out") INTERN(s_stream, "stream") INTERN(s_acquire, "acquire")
+    INTERN(s_release, "release") INTERN(s_closed, "closed") INTERN(s_handle, "handle")
+    INTERN(s_forked_from, "forked_from") INTERN(s_check, "_check") INTERN(s_item, "item") INTERN(s_lock, "lock")
+    PyObject* m = PyModule_Create(&module_def);
+    if (!m) return NULL;
+    FastPlan_Type = (PyTypeObject*)PyType_FromSpec(&FastPlan_spec);
+    Dispatcher_Type = (PyTypeObject*)PyType_FromSpec(&Dispatcher_spec);
+    if (!FastPlan_Type || !Dispatcher_Type || PyModule_AddObjectRef(m, "Dispatcher", (PyObject*)Dispatcher_Type) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_PLANS", MAX_PLANS) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_OPERANDS", MAX_OPERANDS) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

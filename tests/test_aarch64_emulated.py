@@ -140,7 +140,8 @@ def _guest_json(bindir: Path, code: str, env: dict[str, str], cwd: Path) -> dict
 def test_wheels_are_aarch64_and_pass_the_gate():
     wheels = sorted(Path(WHEELS_AARCH64).glob("*.whl"))
     assert {w.name.split("-")[0] for w in wheels} == {"cuplug", "cuplug_cuda12", "cuplug_cuda13"}
-    assert all(w.name.endswith("-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl") for w in wheels)
+    tail = "-manylinux2014_aarch64.manylinux_2_17_aarch64.whl"  # cuplug's own: its abi3 C dispatcher inside
+    assert all(w.name.endswith(("-cp311-abi3" if w.name.startswith("cuplug-") else "-py3-none") + tail) for w in wheels)
     proc = subprocess.run(
         [sys.executable, "-m", "cuplug.build", "check", *map(str, wheels)], capture_output=True, text=True
     )
@@ -160,6 +161,15 @@ def test_cpu_twin_runs_every_op_like_the_x86_64_twin(arm_venv, tmp_path):
     assert guest["ops"] and sorted(guest["ops"]) == sorted(host["ops"])
     for op in host["ops"]:  # -ffp-contract=off on both: the same bits, not merely close
         assert guest["ops"][op] == host["ops"][op], op
+
+
+def test_the_c_dispatcher_serves_in_the_guest(arm_venv, tmp_path):
+    code = (
+        "import json, cuplug; b = cuplug.load(); t = b.empty(4); u = b.empty(4); r = b.empty(4)\n"
+        "b.run('add', t, u, out=r); b.run('add', t, u, out=r)\n"
+        "print(json.dumps([type(b.run).__name__, b.run.stats()['fast_calls']]))"
+    )
+    assert _guest_json(arm_venv, code, clean_env(CUPLUG_BACKEND="cpu"), tmp_path) == ["Dispatcher", 1]
 
 
 def test_real_aarch64_artifacts_verify_and_dlopen_in_the_guest(arm_venv, tmp_path):

@@ -115,3 +115,69 @@ def test_a_lying_cai_over_real_memory_is_refused_by_the_backend(b):
     with pytest.raises(cuplug.InvalidInputError, match=r"runs past the end of its memory"):
         b.run("sum", Liar())
     assert float(b.run("sum", t)) == 1024.0
+
+
+# ---- the C dispatcher (runtime/fastpath.py) on CUDA tensors: used, on the current stream, every check kept
+
+
+def _fast(b) -> int:
+    stats = getattr(b.run, "stats", None)
+    if stats is None:
+        pytest.skip("the wheel's C dispatcher is not in use here")
+    return stats()["fast_calls"]
+
+
+def test_a_learned_call_on_cuda_tensors_takes_the_fast_path_on_the_current_stream(b):
+    x = torch.arange(1 << 16, device="cuda", dtype=torch.float16)
+    o = torch.empty_like(x)
+    b.run("add", x, x, out=o)
+    n = _fast(b)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(10_000_000)  # the launch must queue behind this on s, not run at once elsewhere
+        assert b.run("add", x, x, out=o) is o
+        r = b.run("add", x, x)
+        assert isinstance(r, torch.Tensor) and r.device == x.device and r.dtype == torch.float16
+        doubled = (r + o) * 1
+    s.synchronize()
+    assert _fast(b) == n + 1  # the out= call; the allocating one was learned by this first use
+    assert torch.equal(doubled, (x + x) * 2)
+
+
+def test_per_call_checks_of_cuda_tensors_after_the_call_was_learned(b):
+    x, y, o = (torch.ones(256, device="cuda") for _ in range(3))
+    b.run("add", x, y, out=o)
+    b.run("add", x, y, out=o)
+    o.requires_grad_(True)
+    with pytest.raises(cuplug.InvalidInputError, match="requires grad"):
+        b.run("add", x, y, out=o)
+    o.requires_grad_(False)
+    with pytest.raises(cuplug.InvalidInputError, match="not C-contiguous"):
+        b.run("add", torch.ones(256, 2, device="cuda")[:, 0], y, out=o)
+    with pytest.raises(cuplug.InvalidInputError, match="negated"):
+        b.run("add", torch._neg_view(x), y, out=o)
+    with pytest.raises(cuplug.InvalidInputError, match="overlaps"):
+        base = torch.ones(512, device="cuda")
+        b.run("add", base[:256], y, out=base[128:384])
+    with pytest.raises(cuplug.InvalidInputError, match="cpu"):
+        b.run("add", x.cpu(), y, out=o)
+
+
+def test_a_fast_allocating_call_is_captured_in_a_cuda_graph_and_replays(b):
+    x = torch.arange(4096, device="cuda", dtype=torch.float32)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            b.run("add", x, x)
+    torch.cuda.current_stream().wait_stream(s)
+    n = _fast(b)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        r = b.run("add", x, x)
+    assert _fast(b) == n + 1
+    x.add_(1)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(r, x + x)

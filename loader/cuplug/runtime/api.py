@@ -346,7 +346,7 @@ class Backend:
         _cores.add(self._core)
         self._finalizer = _Finalizer(self, _Core.close, self._core)
         self._plans: dict[tuple, plan.Plan] = {}
-        fast = fastpath.dispatcher(self)
+        fast = fastpath.dispatcher(self, Backend.run, Tensor)
         if fast is not None:  # run() repeated in C once learned; Backend.run(b, ...) is the whole path
             self.run = fast
 

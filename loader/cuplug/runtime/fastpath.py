@@ -35,8 +35,9 @@ ROW = {d: i for i, d in enumerate(dtypes.TABLE)}  # a dtype's row: how C names i
 _state: dict[str, Any] = {}  # "module": the extension or None; "numpy"/"torch": taught once
 
 
-def _module() -> Any:
-    """The extension, configured once; None where this interpreter cannot load it (or it is not built)."""
+def _module(resident: type) -> Any:
+    """The extension, configured once (``resident``: cuplug's Tensor); None where this interpreter cannot load it
+    (or it is not built)."""
     if "module" not in _state:
         mod = None
         if sys.implementation.name == "cpython" and sys.version_info >= (3, 11) and not _free_threaded():
@@ -45,10 +46,8 @@ def _module() -> Any:
             except ImportError:  # a source checkout without the build: Backend.run alone
                 mod = None
         if mod is not None:
-            from .api import Tensor
-
             rows = tuple((d, d.code, d.bits, d.itemsize) for d in dtypes.TABLE)
-            mod.configure(rows, {f: ROW[d] for f, d in dtypes.BY_FORMAT.items()}, Tensor)
+            mod.configure(rows, {f: ROW[d] for f, d in dtypes.BY_FORMAT.items()}, resident)
         _state["module"] = mod
     return _state["module"]
 
@@ -59,24 +58,22 @@ def _free_threaded() -> bool:
     return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 
-def dispatcher(backend: Backend) -> Any:
-    """The C dispatcher for ``backend`` (its ``run``), or None: turned off (CUPLUG_FASTPATH=0, read by load()'s
-    policy, else here), or no extension here."""
+def dispatcher(backend: Backend, whole_path: Any, resident: type) -> Any:
+    """The C dispatcher for ``backend`` (its ``run``; ``whole_path``: ``Backend.run``, ``resident``: ``Tensor``), or
+    None: turned off (CUPLUG_FASTPATH=0, read by load()'s policy, else here), or no extension here."""
     chosen = getattr(getattr(backend.trace, "policy", None), "fastpath", None)
     if not (policy.fastpath(os.environ) if chosen is None else chosen):
         return None
-    mod = _module()
+    mod = _module(resident)
     if mod is None:
         return None
-    from . import api
-
     core = backend._core
     entry = getattr(core.lib, "call_fast", None)
     if not isinstance(entry, ctypes._CFuncPtr):  # a library stand-in (tests' spies): the whole path sees it all
         return None
     address = ctypes.cast(entry, ctypes.c_void_p).value
     return mod.Dispatcher(
-        backend, api.Backend.run, core, address, backend.device_type == dtypes.DEVICE_CUDA, backend.device_index
+        backend, whole_path, core, address, backend.device_type == dtypes.DEVICE_CUDA, backend.device_index
     )
 
 
@@ -143,7 +140,7 @@ def learn(
     """Hands a call ``Backend.run`` has just made to the dispatcher ``run`` (True when kept). ``given``: the
     attributes as the caller gave them; ``made_by``: who allocated the outputs ("out", "torch", "host",
     "backend", "cupy"), ``like``: what they were made like (the PyTorch input, the caller's host array)."""
-    mod = _module()
+    mod = _state.get("module")
     if mod is None or not isinstance(run, mod.Dispatcher):
         return False
     _teach_frameworks(mod)

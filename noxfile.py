@@ -44,7 +44,7 @@ TEST_DEPS = [
     "jax==0.10.2",
     "jaxlib==0.10.2",
 ]
-# The dispatch benchmark (bench/bench_dispatch.py): pytest-benchmark times the calls, matplotlib plots them.
+# The benchmark suite (bench/run.py): pytest-benchmark times the per-call, graph and compile cases, matplotlib plots.
 BENCH_DEPS = ["pytest==9.0.3", "pytest-benchmark==5.3.1", "numpy==2.4.6", "torch==2.13.0", "matplotlib==3.11.2"]
 LINT_DEPS = [
     "ruff==0.17.6",
@@ -467,54 +467,21 @@ def decision_bench(session: nox.Session) -> None:
         session.run("python", str(ROOT / "bench" / "decision_bench.py"), str(out), str(fake))
 
 
-def _has_gpu() -> bool:
-    return shutil.which("nvidia-smi") is not None and os.path.exists("/dev/nvidiactl")
-
-
 @nox.session(default=False, venv_params=["--system-site-packages"])  # torch, CuPy, NumPy, matplotlib from the host
 def bench(session: nox.Session) -> None:
-    """Issue 22's benchmark (needs a GPU, torch, cupy): cold start against the context floor, `sum` against
-    torch.sum, the host path against a pinned copy, each target's ratio; `-- --runs 2` for two runs.
-    `-- dispatch [RUNS]`: issue 30's per-call overhead of every call path beside its anchor (bench/
-    bench_dispatch.py, pytest-benchmark; the CPU twin here, the CUDA paths where a GPU is), RUNS runs (3).
+    """The benchmark suite (bench/run.py): each scenario beside its anchor in the same run, one JSON record per
+    scenario and run, with the command that made it and the machine, and a targets.png per run.
 
-    Writes bench/results/<date>-<host>/: run<N>.json (each with its command line and machine), ncu.json,
-    targets.png. docs/performance.md says what each number means. On a GPU machine without nox (the H200
-    device machine): `bash bench/bench_h200.sh`, which runs the same script twice."""
+    `-- [SCENARIO ...] [--runs N] [--quick]` (default: every scenario, one run; `-- --list` lists them). A
+    scenario this machine cannot run (the GPU ones here) writes a record saying why. `-- dispatch [RUNS]` is
+    `-- per-call --runs RUNS` (3 by default), its name before the suite. Into bench/results/<date>-<host>/run<N>/;
+    docs/performance.md says what each figure means. On a GPU machine without nox: `bash bench/gpu_suite.sh`."""
+    args = list(session.posargs)
+    if args[:1] == ["dispatch"]:  # issue 30's per-call benchmark, now the per-call scenario
+        args = ["per-call", "--runs", args[1] if len(args) > 1 else "3", *args[2:]]
     _install_built_extras(session)
-    if session.posargs[:1] == ["dispatch"]:  # issue 30: every call path beside its anchor (CPU or GPU)
-        session.install(*BENCH_DEPS)
-        out = ROOT / "bench" / "results" / f"dispatch-{datetime.date.today()}-{platform.node() or 'host'}"
-        runs = int(session.posargs[1]) if len(session.posargs) > 1 else 3
-        with tempfile.TemporaryDirectory() as tmp:
-            session.chdir(tmp)
-            for run in range(1, runs + 1):
-                raw = out / f"bench-run{run}.json"
-                cmd = [
-                    "python",
-                    "-m",
-                    "pytest",
-                    str(ROOT / "bench" / "bench_dispatch.py"),
-                    "-p",
-                    "no:cacheprovider",
-                    f"--rootdir={ROOT}",
-                    "-c",
-                    str(ROOT / "pyproject.toml"),
-                    "-q",
-                    f"--benchmark-json={raw}",
-                ]
-                out.mkdir(parents=True, exist_ok=True)
-                session.run(*cmd, env={"CUPLUG_BACKEND": "cpu"} if not _has_gpu() else {})
-                session.run(
-                    "python",
-                    str(ROOT / "bench" / "dispatch_report.py"),
-                    str(raw),
-                    str(out / f"run{run}"),
-                    "--command",
-                    " ".join(cmd),
-                )
-        return
-    out = ROOT / "bench" / "results" / f"{datetime.date.today()}-{platform.node() or 'gpu'}"
+    session.install(*BENCH_DEPS)
+    out = ROOT / "bench" / "results" / f"{datetime.date.today()}-{platform.node() or 'host'}"
     with tempfile.TemporaryDirectory() as tmp:
         session.chdir(tmp)  # the installed cuplug, never the checkout's
-        session.run("python", str(ROOT / "bench" / "perf22.py"), "all", str(out), *(session.posargs or ["--runs", "1"]))
+        session.run("python", str(ROOT / "bench" / "run.py"), "--out", str(out), *args)

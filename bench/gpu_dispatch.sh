@@ -7,12 +7,12 @@ set -o pipefail
 ROOT=$(pwd)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/run.log"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$ROOT"/dist/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 CUPLUG_TEST_WHEELS="$ROOT/dist"
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 CUPLUG_TEST_WHEELS="$ROOT/dist" XLA_PYTHON_CLIENT_PREALLOCATE=false
 python3 -c "import torch, cupy, cuplug; print('torch', torch.__version__, 'cupy', cupy.__version__)" | tee -a "$OUT/run.log"
 cd /tmp || exit 1
 timeout ${TEST_TIMEOUT:-240} python3 -m pytest "$ROOT/tests/test_gpu_torch_ops.py" "$ROOT/tests/test_gpu_v2.py" \
   "$ROOT/tests/test_hostile_operands.py" "$ROOT/tests/test_torch_ops.py" "$ROOT/tests/test_api_v2.py" \
-  "$ROOT/tests/test_api_torch.py" "$ROOT/tests/test_fastcall.py" "$ROOT/tests/test_gpu.py" -k "${TESTS_K:-not test_gpu.py or auto_selection or wrong_sass}" \
+  "$ROOT/tests/test_api_torch.py" "$ROOT/tests/test_fastcall.py" "$ROOT/tests/test_gpu_jax_ops.py" "$ROOT/tests/test_gpu.py" -k "${TESTS_K:-not test_gpu.py or auto_selection or wrong_sass}" \
   -p no:cacheprovider --rootdir="$ROOT" -c "$ROOT/pyproject.toml" -q -rfE -x --maxfail=8 -o addopts="" \
   --junitxml="$OUT/gpu-junit.xml" 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
 for run in ${RUNS:-1 2}; do

@@ -59,6 +59,8 @@ DOCS_DEPS = ["sphinx==9.0.4", "myst-parser==5.2.0", "furo==2025.12.19"]
 # uv (wheel-variants preview, NVIDIA provider vendored) installs variant wheels from a local index in the
 # tests; variantlib, WheelNext's reference library, re-reads and merges their variant.json.
 TEST_DEPS += ["uv==0.13.8", "variantlib==0.2.2"]
+# The benchmark suite's CPU test (tests/test_bench_suite.py) runs its per-call scenario through pytest-benchmark.
+TEST_DEPS += ["pytest-benchmark==5.3.1"]
 
 
 def _clean_env() -> dict[str, str]:

@@ -27,7 +27,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from .api import Backend
+    Backend = Any  # (the module that defines it imports this one)
+
     from .plan import Plan
     from .signature import OpSignature
 

@@ -58,6 +58,12 @@ class Arg:
         self.stream: int | None = None  # a producer stream that the launch must wait for (CAI v3, resident)
 
 
+def root(obj: Any) -> str:
+    """The top package of the module that defined ``obj``'s type ("torch", "cupy"); "" when it names none."""
+    module = getattr(type(obj), "__module__", None)
+    return module.partition(".")[0] if isinstance(module, str) else ""
+
+
 def is_int(value: object) -> bool:
     """An integer that is not a bool (``True`` is no extent, no pointer and no stream)."""
     return isinstance(value, int) and not isinstance(value, bool)
@@ -252,11 +258,15 @@ def from_torch(t: Any, name: str, writable: bool) -> Arg:
 
     dt = (_TORCH_DTYPES or torch_dtypes(sys.modules["torch"])).get(t.dtype)
     if dt is None:
-        raise InvalidInputError(f"{name}: PyTorch dtype {t.dtype} is not a dtype cuplug knows ({', '.join(dtypes.BY_NAME)})")
+        raise InvalidInputError(
+            f"{name}: PyTorch dtype {t.dtype} is not a dtype cuplug knows ({', '.join(dtypes.BY_NAME)})"
+        )
     if t.is_neg() or t.is_conj():
         raise InvalidInputError(f"{name}: a lazily negated/conjugated view; pass x.resolve_neg() / x.resolve_conj()")
     if writable and t.requires_grad:
-        raise InvalidInputError(f"{name}: an out= tensor that requires grad; pass one under torch.no_grad() or detach()")
+        raise InvalidInputError(
+            f"{name}: an out= tensor that requires grad; pass one under torch.no_grad() or detach()"
+        )
     if not t.is_contiguous():
         raise not_contiguous(name)
     device = t.device
@@ -281,9 +291,7 @@ def dlpack_device(obj: Any, name: str) -> tuple[int, int]:
     try:
         dev = obj.__dlpack_device__()
     except Exception as exc:
-        raise InvalidInputError(
-            f"{name}: __dlpack_device__() failed: {type(exc).__name__}: {cut(str(exc))}"
-        ) from None
+        raise InvalidInputError(f"{name}: __dlpack_device__() failed: {type(exc).__name__}: {cut(str(exc))}") from None
     try:
         if isinstance(dev, (str, bytes)):
             raise TypeError
@@ -368,17 +376,26 @@ def from_cai(obj: Any, name: str, writable: bool, device: int) -> Arg:
         cai,
         "data",
         name,
-        lambda v: isinstance(v, (tuple, list)) and len(v) == 2 and (v[0] is None or is_int(v[0])) and isinstance(v[1], bool),
+        lambda v: (
+            isinstance(v, (tuple, list)) and len(v) == 2 and (v[0] is None or is_int(v[0])) and isinstance(v[1], bool)
+        ),
         "a (pointer, read-only flag) pair",
     )
     ptr, read_only = int(data[0] or 0), data[1]
     if writable and read_only:
         raise InvalidInputError(f"{name}: the producer marks this array read-only")
-    shape = extents(_cai_field(cai, "shape", name, lambda v: isinstance(v, (tuple, list)), "a tuple"), name, "__cuda_array_interface__")
+    shape = extents(
+        _cai_field(cai, "shape", name, lambda v: isinstance(v, (tuple, list)), "a tuple"),
+        name,
+        "__cuda_array_interface__",
+    )
     nbytes = byte_size(shape, dt.itemsize, name, "__cuda_array_interface__")
     check_span(ptr, nbytes, name, "__cuda_array_interface__")
     strides = _cai_field(
-        cai, "strides", name, lambda v: v is None or (isinstance(v, (tuple, list)) and all(is_int(s) for s in v)),
+        cai,
+        "strides",
+        name,
+        lambda v: v is None or (isinstance(v, (tuple, list)) and all(is_int(s) for s in v)),
         "None or a tuple of integers",
     )
     if strides is not None and len(strides) != len(shape):

@@ -91,7 +91,9 @@ def test_integer_add_wraps_like_numpy(b):
         (("add", np.ones(3, np.float32)), {}, "takes 2"),
         (("sum", [1.0, 2.0]), {}, "expected an array"),
         (("sum", np.ones(3, np.complex64)), {}, "not a dtype cuplug knows"),
-        (("sum", np.ones(3, bool)), {}, "not a dtype cuplug knows"),
+        (("sum", np.ones(3, np.int16)), {}, "not a dtype cuplug knows"),
+        (("sum", np.ones(3, bool)), {}, r"x \(input 0\) is bool; it takes float16"),  # known, not taken by sum
+        (("add", np.ones(3, np.uint32), np.ones(3, np.uint32)), {}, "is uint32; it takes"),
         (("add", np.ones(3, np.float32), np.ones(3, np.float32)), {"out": np.ones(2, np.float32)}, "out has 2"),
         (("add", np.ones(3, np.float32), np.ones(3, np.float32)), {"out": np.ones(3, np.float64)}, "must be float32"),
         (("scale_add", np.ones(3, np.float32)), {"gamma": 1.0}, r"unknown attribute.*gamma.*alpha, beta"),
@@ -1304,8 +1306,10 @@ def test_a_cuda_array_whose_strides_do_not_match_its_shape_is_refused(gpu, spy):
 def test_buffer_formats_cuplug_does_not_know_are_refused_by_name(b):
     with pytest.raises(cuplug.InvalidInputError, match=r"^sum: x: buffer format 'h' is not a dtype cuplug knows$"):
         b.run("sum", array.array("h", [1, 2]))  # int16
-    with pytest.raises(cuplug.InvalidInputError, match=r"^sum: x: buffer format 'Q' is not a dtype cuplug knows$"):
-        b.run("sum", array.array("Q", [1, 2]))  # uint64
+    with pytest.raises(cuplug.InvalidInputError, match=r"^sum: x: buffer format 'Zf' is not a dtype cuplug knows$"):
+        b.run("sum", memoryview(np.ones(2, np.complex64)))
+    with pytest.raises(cuplug.InvalidInputError, match=r"^sum: x \(input 0\) is uint64; it takes"):  # known, not taken
+        b.run("sum", array.array("Q", [1, 2]))
 
 
 def test_a_32_bit_long_is_not_read_as_int64(b):

@@ -95,21 +95,31 @@ struct Tag {
   using type = T;
 };
 
-// Runs f(Tag<T>()) for the element type T of dtype d; CUPLUG_E_INVALID_ARGUMENT
-// for a dtype cuplug does not know (the signature check refuses those first).
-template <class F>
+// Runs f(Tag<T>()) for the element type T of dtype d, instantiated for the dtypes of Mask only (default: the
+// numeric eight, what most kernels take; CUPLUG_ALL_DTYPES adds uint16/32/64 and bool); CUPLUG_E_INVALID_ARGUMENT for a dtype outside Mask (the signature check refuses those first).
+template <unsigned Mask = CUPLUG_NUMERIC, class F>
 int cuplug_dispatch(cuplug_dtype d, F&& f) {
+#define CUPLUG_CASE(bit, T) \
+  case bit:                 \
+    if constexpr ((Mask & bit) != 0) return f(Tag<T>()); \
+    break;
   switch (cuplug_dtype_bit(d)) {
-    case CUPLUG_F16: return f(Tag<f16>());
-    case CUPLUG_BF16: return f(Tag<bf16>());
-    case CUPLUG_F32: return f(Tag<float>());
-    case CUPLUG_F64: return f(Tag<double>());
-    case CUPLUG_I8: return f(Tag<int8_t>());
-    case CUPLUG_U8: return f(Tag<uint8_t>());
-    case CUPLUG_I32: return f(Tag<int32_t>());
-    case CUPLUG_I64: return f(Tag<int64_t>());
-    default: return CUPLUG_E_INVALID_ARGUMENT;
+    CUPLUG_CASE(CUPLUG_F16, f16)
+    CUPLUG_CASE(CUPLUG_BF16, bf16)
+    CUPLUG_CASE(CUPLUG_F32, float)
+    CUPLUG_CASE(CUPLUG_F64, double)
+    CUPLUG_CASE(CUPLUG_I8, int8_t)
+    CUPLUG_CASE(CUPLUG_U8, uint8_t)
+    CUPLUG_CASE(CUPLUG_I32, int32_t)
+    CUPLUG_CASE(CUPLUG_I64, int64_t)
+    CUPLUG_CASE(CUPLUG_U16, uint16_t)
+    CUPLUG_CASE(CUPLUG_U32, uint32_t)
+    CUPLUG_CASE(CUPLUG_U64, uint64_t)
+    CUPLUG_CASE(CUPLUG_BOOL, bool)
+    default: break;
   }
+#undef CUPLUG_CASE
+  return CUPLUG_E_INVALID_ARGUMENT;
 }
 
 }  // namespace cuplug_types

@@ -54,12 +54,20 @@ enum {
     CUPLUG_I8 = 1u << 4,
     CUPLUG_U8 = 1u << 5,
     CUPLUG_I32 = 1u << 6,
-    CUPLUG_I64 = 1u << 7
+    CUPLUG_I64 = 1u << 7,
+    CUPLUG_U16 = 1u << 8,
+    CUPLUG_U32 = 1u << 9,
+    CUPLUG_U64 = 1u << 10,
+    CUPLUG_BOOL = 1u << 11
 };
 #define CUPLUG_FLOATS (CUPLUG_F16 | CUPLUG_BF16 | CUPLUG_F32 | CUPLUG_F64)
+/* The integers every framework computes with (PyTorch's CUDA kernels cover these; its uint16/32/64 are
+ * storage types with few ops). CUPLUG_UNSIGNED adds the wider unsigned ones for an op that takes them. */
 #define CUPLUG_INTS (CUPLUG_I8 | CUPLUG_U8 | CUPLUG_I32 | CUPLUG_I64)
+#define CUPLUG_UNSIGNED (CUPLUG_U8 | CUPLUG_U16 | CUPLUG_U32 | CUPLUG_U64)
 #define CUPLUG_NUMERIC (CUPLUG_FLOATS | CUPLUG_INTS)
-#define CUPLUG_DTYPE_COUNT 8
+#define CUPLUG_ALL_DTYPES (CUPLUG_NUMERIC | CUPLUG_UNSIGNED | CUPLUG_BOOL)
+#define CUPLUG_DTYPE_COUNT 12
 
 /* Bit i of the set above <-> its DLPack dtype and its name (NumPy's spelling). */
 static const struct cuplug_dtype_entry {
@@ -76,6 +84,10 @@ static const struct cuplug_dtype_entry {
     {CUPLUG_U8, {CUPLUG_DTYPE_UINT, 8, 1}, "uint8", 1},
     {CUPLUG_I32, {CUPLUG_DTYPE_INT, 32, 1}, "int32", 4},
     {CUPLUG_I64, {CUPLUG_DTYPE_INT, 64, 1}, "int64", 8},
+    {CUPLUG_U16, {CUPLUG_DTYPE_UINT, 16, 1}, "uint16", 2},
+    {CUPLUG_U32, {CUPLUG_DTYPE_UINT, 32, 1}, "uint32", 4},
+    {CUPLUG_U64, {CUPLUG_DTYPE_UINT, 64, 1}, "uint64", 8},
+    {CUPLUG_BOOL, {CUPLUG_DTYPE_BOOL, 8, 1}, "bool", 1},
 };
 
 /* The bit of a DLPack dtype, 0 if cuplug does not know it (or lanes != 1). */
@@ -97,16 +109,21 @@ typedef struct cuplug_input_spec {
     const char* name; /* NULL ends the list */
     unsigned dtypes;
     int like;               /* 0: none; k + 1: like input k */
-    int shape_rule;         /* 0: any shape; CUPLUG_SHAPE_LIKE / _SCALAR / _BLOCKS / _ATTR */
+    int shape_rule;         /* 0: any shape; CUPLUG_SHAPE_LIKE / _SCALAR / _BLOCKS / _ATTR / _EXPR */
     int shape_arg;          /* input k (before this one) */
-    const char* shape_attr; /* for CUPLUG_SHAPE_BLOCKS / CUPLUG_SHAPE_ATTR */
+    const char* shape_attr; /* the attribute of CUPLUG_SHAPE_BLOCKS / _ATTR; the expression of _EXPR */
 } cuplug_input_spec;
 #define CUPLUG_IN(name, dtypes) {(name), (dtypes), 0, 0, 0, NULL}
 #define CUPLUG_IN_LIKE(name, k) {(name), 0, (k) + 1, 0, 0, NULL}
 #define CUPLUG_IN_SHAPED(name, dtypes, shape_rule, k, attr) {(name), (dtypes), 0, (shape_rule), (k), (attr)}
 
 enum { CUPLUG_DT_LIKE = 1, CUPLUG_DT_FIXED = 2, CUPLUG_DT_ACCUM = 3 };
-enum { CUPLUG_SHAPE_LIKE = 1, CUPLUG_SHAPE_SCALAR = 2, CUPLUG_SHAPE_BLOCKS = 3, CUPLUG_SHAPE_ATTR = 4 };
+enum { CUPLUG_SHAPE_LIKE = 1, CUPLUG_SHAPE_SCALAR = 2, CUPLUG_SHAPE_BLOCKS = 3, CUPLUG_SHAPE_ATTR = 4, CUPLUG_SHAPE_EXPR = 5 };
+/* A shape expression (loader/cuplug/contract/shapeexpr.py has the grammar): terms separated by commas, each a
+ * literal (4), an int64 attribute (bins), a dimension of an input (x[-1]) or a run of them (x[:-1]); "" or "()"
+ * is a scalar. E.g. LayerNorm's mean CUPLUG_OUT_EXPR("mean", CUPLUG_DT_LIKE, 0, "x[:-1]"), its weight
+ * CUPLUG_IN_EXPR("w", CUPLUG_F32, "x[-1]"), a histogram CUPLUG_OUT_EXPR("bins", CUPLUG_DT_FIXED, CUPLUG_U32, "bins"). */
+#define CUPLUG_IN_EXPR(name, dtypes, expr) {(name), (dtypes), 0, CUPLUG_SHAPE_EXPR, 0, (expr)}
 
 /* An output: its dtype rule (like input k / a fixed dtype bit / the accumulator of
  * input k) and its shape rule (like input k / a scalar / ceil(numel(k) / attr) /
@@ -117,11 +134,13 @@ typedef struct cuplug_output_spec {
     int dtype_arg; /* input k, or a CUPLUG_F16.. bit for CUPLUG_DT_FIXED */
     int shape_rule;
     int shape_arg;          /* input k */
-    const char* shape_attr; /* for CUPLUG_SHAPE_BLOCKS / CUPLUG_SHAPE_ATTR */
+    const char* shape_attr; /* the attribute of CUPLUG_SHAPE_BLOCKS / _ATTR; the expression of _EXPR */
 } cuplug_output_spec;
 #define CUPLUG_OUT(name, dtype_rule, dtype_arg, shape_rule, shape_arg, attr) \
     {(name), (dtype_rule), (dtype_arg), (shape_rule), (shape_arg), (attr)}
 #define CUPLUG_OUT_LIKE(name, k) CUPLUG_OUT(name, CUPLUG_DT_LIKE, k, CUPLUG_SHAPE_LIKE, k, NULL)
+#define CUPLUG_OUT_EXPR(name, dtype_rule, dtype_arg, expr) \
+    CUPLUG_OUT(name, dtype_rule, dtype_arg, CUPLUG_SHAPE_EXPR, 0, expr)
 
 /* An attribute with its kind and default (an int64 default is written as a double). */
 typedef struct cuplug_attr_spec {

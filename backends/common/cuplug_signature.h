@@ -164,9 +164,13 @@ static inline const struct cuplug_dtype_entry* cuplug_dtype_entry_of_bit(unsigne
  * the length needed without the NUL, as snprintf does: call it with (NULL, 0)
  * for the size, then with a buffer of size + 1. Never truncates silently.
  */
-/* One shape rule as JSON: {"like":k} | {"scalar":true} | {"blocks_of":k,"attr":a} | {"attr":a}. */
+/* One shape rule as JSON: {"like":k} | {"scalar":true} | {"blocks_of":k,"attr":a} | {"attr":a} | {"expr":e}. */
 static inline void cuplug_shape_rule_json(cuplug_text* t, int rule, int arg, const char* attr) {
-    if (rule == CUPLUG_SHAPE_SCALAR) {
+    if (rule == CUPLUG_SHAPE_EXPR) {
+        cuplug_text_printf(t, "{\"expr\":");
+        cuplug_text_json_string(t, attr);
+        cuplug_text_printf(t, "}");
+    } else if (rule == CUPLUG_SHAPE_SCALAR) {
         cuplug_text_printf(t, "{\"scalar\":true}");
     } else if (rule == CUPLUG_SHAPE_BLOCKS || rule == CUPLUG_SHAPE_ATTR) {
         if (rule == CUPLUG_SHAPE_BLOCKS)
@@ -415,6 +419,117 @@ static inline int cuplug_normalized_int(const cuplug_op* op, const cuplug_attr* 
     return 0;
 }
 
+/* A literal of a shape expression: [-]digits (at most 18), advancing *p; 0 when there is none. */
+static inline int cuplug_expr_int(const char** p, const char* end, long long* v) {
+    const char* q = *p;
+    int neg = q < end && *q == '-';
+    q += neg;
+    int digits = 0;
+    long long n = 0;
+    while (q < end && *q >= '0' && *q <= '9' && digits < 19) n = n * 10 + (*q++ - '0'), ++digits;
+    if (digits == 0 || digits > 18) return 0;
+    *v = neg ? -n : n;
+    *p = q;
+    return 1;
+}
+
+/* The shape a shape expression gives (grammar: loader/cuplug/contract/shapeexpr.py), from inputs [0, n_known)
+ * and the normalized attributes; the same messages' meaning as Python's. Spaces are ignored. */
+static inline int cuplug_shape_expr(const cuplug_op* op, const char* what, const char* expr, const cuplug_tensor* in,
+                                    int n_known, const cuplug_attr* normalized, int* ndim, int64_t* shape, char* err,
+                                    size_t err_len) {
+    char text[256];
+    size_t n = 0;
+    for (const char* c = expr ? expr : ""; *c; ++c) {
+        if (*c == ' ') continue;
+        if (n + 1 >= sizeof text) return cuplug_errorf(err, err_len, "%s: %s's shape expression is too long", op->name, what);
+        text[n++] = *c;
+    }
+    text[n] = '\0';
+    const char *p = text, *end = text + n;
+    if (n >= 2 && text[0] == '(' && text[n - 1] == ')') ++p, --end;
+    if (end > p && end[-1] == ',') --end; /* "(n,)" */
+    *ndim = 0;
+    while (p < end) {
+        const char* name = p;
+        while (p < end && (*p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                           (p > name && *p >= '0' && *p <= '9')))
+            ++p;
+        size_t len = (size_t)(p - name);
+        long long v = 0;
+        if (len == 0) { /* a literal */
+            if (!cuplug_expr_int(&p, end, &v) || v < 0)
+                return cuplug_errorf(err, err_len, "%s: %s's shape expression '%s' is malformed near '%s'", op->name,
+                                     what, expr, name);
+            if (*ndim >= CUPLUG_MAX_NDIM) goto too_many;
+            shape[(*ndim)++] = v;
+        } else {
+            int k = -1;
+            for (int i = 0; i < n_known; ++i)
+                if (strlen(op->inputs[i].name) == len && strncmp(op->inputs[i].name, name, len) == 0) k = i;
+            if (p < end && *p == '[') {
+                if (k < 0)
+                    return cuplug_errorf(err, err_len, "%s: %s's shape expression '%s' names no input '%.*s' before it",
+                                         op->name, what, expr, (int)len, name);
+                ++p;
+                long long a = 0, b = in[k].ndim;
+                int has_a = cuplug_expr_int(&p, end, &a), slice = p < end && *p == ':';
+                if (slice) {
+                    ++p;
+                    if (!cuplug_expr_int(&p, end, &b)) b = in[k].ndim;
+                    if (!has_a) a = 0;
+                }
+                if (p >= end || *p != ']' || (!slice && !has_a))
+                    return cuplug_errorf(err, err_len, "%s: %s's shape expression '%s' is malformed near '%.*s'",
+                                         op->name, what, expr, (int)len, name);
+                ++p;
+                const long long nd = in[k].ndim;
+                if (!slice) {
+                    if (a < -nd || a >= nd)
+                        return cuplug_errorf(err, err_len,
+                                             "%s: shape '%s': %s has %lld dimension(s), so it has no dimension %lld",
+                                             op->name, expr, op->inputs[k].name, nd, a);
+                    if (*ndim >= CUPLUG_MAX_NDIM) goto too_many;
+                    shape[(*ndim)++] = in[k].shape[a < 0 ? a + nd : a];
+                } else { /* Python's slice of the dimensions: ends clamped */
+                    if (a < 0) a = a + nd < 0 ? 0 : a + nd;
+                    if (b < 0) b = b + nd < 0 ? 0 : b + nd;
+                    if (a > nd) a = nd;
+                    if (b > nd) b = nd;
+                    for (long long d = a; d < b; ++d) {
+                        if (*ndim >= CUPLUG_MAX_NDIM) goto too_many;
+                        shape[(*ndim)++] = in[k].shape[d];
+                    }
+                }
+            } else {
+                char attr[128];
+                if (k >= 0 || len >= sizeof attr)
+                    return cuplug_errorf(err, err_len, "%s: %s's shape expression '%s': '%.*s' needs a dimension",
+                                         op->name, what, expr, (int)len, name);
+                memcpy(attr, name, len), attr[len] = '\0';
+                if (!cuplug_normalized_int(op, normalized, attr, &v))
+                    return cuplug_errorf(err, err_len, "%s: %s's shape expression '%s' names attribute '%s', which %s lacks",
+                                         op->name, what, expr, attr, op->name);
+                if (v < 0)
+                    return cuplug_errorf(err, err_len, "%s: shape '%s': attribute %s sizes a shape, so it must be >= 0, got %lld",
+                                         op->name, expr, attr, v);
+                if (*ndim >= CUPLUG_MAX_NDIM) goto too_many;
+                shape[(*ndim)++] = v;
+            }
+        }
+        if (p < end) {
+            if (*p != ',' || p + 1 >= end)
+                return cuplug_errorf(err, err_len, "%s: %s's shape expression '%s' is malformed near '%s'", op->name,
+                                     what, expr, p);
+            ++p;
+        }
+    }
+    return CUPLUG_OK;
+too_many:
+    return cuplug_errorf(err, err_len, "%s: shape '%s' would have more than %d dimensions", op->name, expr,
+                         CUPLUG_MAX_NDIM);
+}
+
 /*
  * What output k of `op` must be, given checked inputs and normalized attributes:
  * its dtype and shape (*ndim extents into shape[CUPLUG_MAX_NDIM]). Used by the
@@ -430,6 +545,8 @@ static inline int cuplug_rule_shape(const cuplug_op* op, const char* what, int r
         *ndim = 0;
         return CUPLUG_OK;
     }
+    if (rule == CUPLUG_SHAPE_EXPR)
+        return cuplug_shape_expr(op, what, attr, in, n_known, normalized, ndim, shape, err, err_len);
     if (rule == CUPLUG_SHAPE_BLOCKS || rule == CUPLUG_SHAPE_ATTR) {
         if (!cuplug_normalized_int(op, normalized, attr, &v))
             return cuplug_errorf(err, err_len, "%s: %s's shape names attribute '%s', which %s lacks", op->name, what,
@@ -470,7 +587,7 @@ static inline int cuplug_expected_output(const cuplug_op* op, int k, const cuplu
             return cuplug_errorf(err, err_len, "%s: output %s's dtype refers to input %d of %d", op->name, o->name,
                                  o->dtype_arg, n_in);
         *dtype = in[o->dtype_arg].dtype;
-        if (o->dtype_rule == CUPLUG_DT_ACCUM && (cuplug_dtype_bit(*dtype) & CUPLUG_INTS)) {
+        if (o->dtype_rule == CUPLUG_DT_ACCUM && !(cuplug_dtype_bit(*dtype) & CUPLUG_FLOATS)) { /* integers, bool: int64 */
             cuplug_dtype i64 = {CUPLUG_DTYPE_INT, 64, 1};
             *dtype = i64;
         }

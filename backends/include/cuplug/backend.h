@@ -63,7 +63,8 @@ typedef enum cuplug_dtype_code {
     CUPLUG_DTYPE_INT = 0,
     CUPLUG_DTYPE_UINT = 1,
     CUPLUG_DTYPE_FLOAT = 2,
-    CUPLUG_DTYPE_BFLOAT = 4
+    CUPLUG_DTYPE_BFLOAT = 4,
+    CUPLUG_DTYPE_BOOL = 6 /* kDLBool: 8 bits, 0 or 1 */
 } cuplug_dtype_code;
 
 /* DLDataType: e.g. float16 = {2, 16, 1}, bfloat16 = {4, 16, 1}, int8 = {0, 8, 1}. */

@@ -1,7 +1,8 @@
 """The element types of ABI v2, one table: name, DLPack (code, bits), size, and how Python spells each.
 
 A row per dtype the backends know (backends/common/cuplug_ops.h holds the same
-eight in the same order: bit i of an op's dtype set is row i here).
+twelve in the same order: bit i of an op's dtype set is row i here). Not yet: fp8 (e4m3, e5m2),
+complex, int16; DLPack names them, no backend of cuplug's computes with them.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import sys
 
 # DLPack type codes (DLDataTypeCode) and device types (DLDeviceType).
-DL_INT, DL_UINT, DL_FLOAT, DL_BFLOAT = 0, 1, 2, 4
+DL_INT, DL_UINT, DL_FLOAT, DL_BFLOAT, DL_BOOL = 0, 1, 2, 4, 6
 DEVICE_CPU, DEVICE_CUDA, DEVICE_CUDA_HOST = 1, 2, 3
 HOST_DEVICES = (DEVICE_CPU, DEVICE_CUDA_HOST)
 
@@ -47,6 +48,10 @@ TABLE = (
     DType("uint8", DL_UINT, 8, "B", "|u1", "B"),
     DType("int32", DL_INT, 32, "i", "<i4", "i"),
     DType("int64", DL_INT, 64, "q", "<i8", "q"),
+    DType("uint16", DL_UINT, 16, "H", "<u2", "H"),
+    DType("uint32", DL_UINT, 32, "I", "<u4", "I"),
+    DType("uint64", DL_UINT, 64, "Q", "<u8", "Q"),
+    DType("bool", DL_BOOL, 8, "?", "|b1", ""),  # array.array has no bool
 )
 BY_NAME = {d.name: d for d in TABLE}
 BY_DLPACK = {(d.code, d.bits): d for d in TABLE}
@@ -58,6 +63,7 @@ for _d in TABLE:
         for _prefix in ("", "<", "=", "@"):
             BY_FORMAT[_prefix + _d.format] = _d
 BY_FORMAT.update({p + "l": BY_NAME["int64"] for p in ("", "<", "=", "@")})  # C long on LP64
+BY_FORMAT.update({p + "L": BY_NAME["uint64"] for p in ("", "<", "=", "@")})  # unsigned long on LP64
 BY_FORMAT.update({"|i1": BY_NAME["int8"], "|u1": BY_NAME["uint8"], "c": BY_NAME["uint8"]})
 del _d, _prefix
 

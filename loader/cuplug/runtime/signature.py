@@ -7,7 +7,7 @@ them, so results are allocated here, never guessed.
 
 from __future__ import annotations
 
-from ..contract import dtypes
+from ..contract import dtypes, shapeexpr
 from ..contract.errors import InvalidInputError, cut, shown
 
 TYPE_CHECKING = False
@@ -137,7 +137,8 @@ class OpSignature:
         self.output_labels = [f"{name}: out {o.name}" for o in self.outputs]
         self.attr_by_name = {a.name: a for a in self.attrs}
         rules = [o.shape_rule for o in self.outputs] + [i.shape_rule for i in self.inputs if i.shape_rule]
-        self.shape_attrs = frozenset(r["attr"] for r in rules if "attr" in r and not r.get("scalar"))
+        named = {r["attr"] for r in rules if "attr" in r and not r.get("scalar")}
+        self.shape_attrs = frozenset(named.union(*(shapeexpr.attributes(r["terms"]) for r in rules if "expr" in r)))
 
     def _validate(self) -> None:
         """Every index and name a rule uses exists, once, at load: a backend whose table points at an input,
@@ -154,8 +155,14 @@ class OpSignature:
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < below:
                 raise ValueError(f"{what} names input {value!r}; the op has {n_in} input(s)")
 
-        def shape(rule: dict[str, Any], what: str) -> None:
+        def shape(rule: dict[str, Any], what: str, known: int) -> None:
             if rule.get("scalar"):
+                return
+            if "expr" in rule:  # parsed once here: the terms are what _rule_shape evaluates
+                try:
+                    rule["terms"] = shapeexpr.parse(rule["expr"], [i.name for i in self.inputs[:known]], attrs)
+                except ValueError as exc:
+                    raise ValueError(f"{what}: {exc}") from None
                 return
             if "attr" in rule and rule["attr"] not in attrs:
                 raise ValueError(f"{what} is sized by attribute {rule['attr']!r}, which the op does not declare")
@@ -170,7 +177,7 @@ class OpSignature:
             if inp.like is not None:
                 index(inp.like, f"input {inp.name} (like)", i)  # an earlier input: the model is checked first
             if inp.shape_rule is not None:
-                shape(inp.shape_rule, f"input {inp.name}'s shape")
+                shape(inp.shape_rule, f"input {inp.name}'s shape", i)
         for o in self.outputs:
             dr = o.dtype_rule
             if "fixed" in dr:
@@ -178,15 +185,18 @@ class OpSignature:
                     raise ValueError(f"output {o.name} has the dtype {dr['fixed']!r}, which this cuplug does not know")
             else:
                 index(dr.get("accum_of", dr.get("like", 0)), f"output {o.name}'s dtype", n_in)
-            shape(o.shape_rule, f"output {o.name}'s shape")
+            shape(o.shape_rule, f"output {o.name}'s shape", n_in)
         for rule in self.size_rules:
             index(rule.input, "a size rule", n_in)
             if min(rule.multiple_of, rule.min, rule.max) < 0:
                 raise ValueError(f"a size rule of input {rule.input} has a negative bound ({rule})")
 
     def __repr__(self) -> str:
-        ins = ", ".join(f"{i.name}: {'|'.join(d.name for d in i.dtypes)}" for i in self.inputs)
-        outs = ", ".join(o.name for o in self.outputs)
+        def shaped(name: str, rule: dict[str, Any] | None) -> str:
+            return f"{name}[{rule['expr']}]" if rule and "expr" in rule else name
+
+        ins = ", ".join(f"{shaped(i.name, i.shape_rule)}: {'|'.join(d.name for d in i.dtypes)}" for i in self.inputs)
+        outs = ", ".join(shaped(o.name, o.shape_rule) for o in self.outputs)
         attrs = "".join(f", {a.name}={a.default!r}" for a in self.attrs)
         return f"{self.name}({ins}{attrs}) -> ({outs})"
 
@@ -260,9 +270,15 @@ class OpSignature:
     def _rule_shape(
         self, rule: dict[str, Any], specs: list[tuple[dtypes.DType, Shape]], values: dict[str, Any]
     ) -> Shape:
-        """The shape a rule gives: like input k, a scalar, ceil(numel(k) / attr), or attr elements."""
+        """The shape a rule gives: like input k, a scalar, ceil(numel(k) / attr), attr elements, or an expression
+        of the inputs' dimensions, literals and attributes (contract/shapeexpr.py)."""
         if rule.get("scalar"):
             return ()
+        if "terms" in rule:
+            got = shapeexpr.evaluate(rule["terms"], [sp[1] for sp in specs], values, [i.name for i in self.inputs])
+            if isinstance(got, str):
+                raise InvalidInputError(f"{self.name}: shape {rule['expr']!r}: {got}")
+            return got
         if "blocks_of" not in rule and "attr" not in rule:
             return specs[int(rule.get("like", 0))][1]
         name = str(rule.get("attr"))

@@ -20,6 +20,8 @@ from ..runtime.signature import OpSignature
 def _pattern(dt: dtypes.DType, n: int) -> list[float]:
     if dt.is_float:
         return [((i % 13) - 6) * 0.25 for i in range(n)]
+    if dt.code == dtypes.DL_BOOL:
+        return [float(i % 3 == 0) for i in range(n)]
     if dt.code == dtypes.DL_UINT:
         return [float(i % 13) for i in range(n)]
     return [float((i % 13) - 6) for i in range(n)]

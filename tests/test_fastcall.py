@@ -118,11 +118,11 @@ def test_allocated_results_are_the_callers_kind(b):
     assert type(second) is np.ndarray and second.shape == (2, 3) and second.dtype == np.float32
     assert second is not first  # a new array each call, never the same buffer twice
     tx = torch.ones(2, 3, dtype=torch.float16)
-    t1, t2 = learned(b, "add", tx, tx)
+    _, t2 = learned(b, "add", tx, tx)
     assert type(t2) is torch.Tensor and t2.dtype == torch.float16 and tuple(t2.shape) == (2, 3)
     s1, s2 = learned(b, "sum", tx.float())
     assert type(s2) is float and s1 == s2 == 6.0
-    i1, i2 = learned(b, "sum", np.arange(5, dtype=np.int32))
+    _, i2 = learned(b, "sum", np.arange(5, dtype=np.int32))
     assert type(i2) is int and i2 == 10
 
 

@@ -11,9 +11,9 @@ export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 CUPLUG_TEST_WHEELS="$ROOT/dist" X
 python3 -c "import torch, cupy, cuplug; print('torch', torch.__version__, 'cupy', cupy.__version__)" | tee -a "$OUT/run.log"
 cd /tmp || exit 1
 timeout ${TEST_TIMEOUT:-240} python3 -m pytest "$ROOT/tests/test_gpu_torch_ops.py" "$ROOT/tests/test_gpu_v2.py" \
-  "$ROOT/tests/test_hostile_operands.py" "$ROOT/tests/test_torch_ops.py" "$ROOT/tests/test_api_v2.py" \
-  "$ROOT/tests/test_api_torch.py" "$ROOT/tests/test_fastcall.py" "$ROOT/tests/test_gpu_jax_ops.py" "$ROOT/tests/test_gpu.py" -k "${TESTS_K:-not test_gpu.py or auto_selection or wrong_sass}" \
-  -p no:cacheprovider --rootdir="$ROOT" -c "$ROOT/pyproject.toml" -q -rfE -x --maxfail=8 -o addopts="" \
+  "$ROOT/tests/test_gpu_jax_ops.py" "$ROOT/tests/test_fastcall.py" "$ROOT/tests/test_gpu.py" \
+  -k "${TESTS_K:-not test_gpu.py or auto_selection or wrong_sass}" \
+  -p no:cacheprovider --rootdir="$ROOT" -c "$ROOT/pyproject.toml" -q -rfE --maxfail=30 -o addopts="" \
   --junitxml="$OUT/gpu-junit.xml" 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
 for run in ${RUNS:-1 2}; do
   timeout 200 python3 -m pytest "$ROOT/bench/bench_dispatch.py" -p no:cacheprovider --rootdir="$ROOT" -q -o addopts="" \
@@ -26,7 +26,7 @@ CUPLUG_FASTPATH=0 timeout 200 python3 -m pytest "$ROOT/bench/bench_dispatch.py" 
   -o addopts="" -k "per_call" --benchmark-json="$OUT/dispatch-whole-path.json" --benchmark-columns=median,iqr,min,rounds 2>&1 \
   | tail -20 >> "$OUT/run.log"
 timeout 120 python3 "$ROOT/bench/dispatch_parts.py" 5000 --cuda > "$OUT/parts-cuda.json"; tail -c 1500 "$OUT/parts-cuda.json"
-# what each CUDA call of a backend call costs the host (nvcc of the machine's image)
+# what each CUDA call of a backend call costs the host (nvcc of the machine's image; COSTS=1)
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-"$NVCC" -O2 -o /tmp/costs "$ROOT/bench/cuda_call_costs.cu" -lcuda && /tmp/costs 20000 | tee "$OUT/cuda-call-costs.json"
+[ -n "$COSTS" ] && "$NVCC" -O2 -o /tmp/costs "$ROOT/bench/cuda_call_costs.cu" -lcuda && /tmp/costs 20000 | tee "$OUT/cuda-call-costs.json"
 { python3 -m cuplug doctor; python3 -m cuplug probe; echo "probe exit $?"; } > "$OUT/doctor.txt" 2>&1; tail -3 "$OUT/doctor.txt"

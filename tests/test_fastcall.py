@@ -208,24 +208,35 @@ def test_a_backend_dropped_is_closed_as_before():
     assert core.closed  # the dispatcher holds no reference back to its Backend
 
 
-def test_a_busy_lock_sends_the_call_to_the_whole_path(b):
-    x = np.ones(3, np.float32)
-    learned(b, "add", x, x)
-    n = fast_calls(b)
+def test_a_small_call_holds_the_gil_and_a_large_one_waits_for_a_busy_lock(b):
+    """A small call runs under the GIL alone (close, free and fork change the instance's state under the GIL first);
+    a host call over 256 KiB releases the GIL, so it takes the instance's lock, and a busy lock sends it to the
+    whole path, which waits for it."""
+    small = np.ones(3, np.float32)
+    large = np.ones(1 << 17, np.float32)  # 3 x 512 KiB with its output
+    learned(b, "add", small, small)
+    learned(b, "add", large, large)
     done = threading.Event()
+    held = threading.Event()
 
     def hold():
         with b._core.lock:
+            held.set()
             done.wait(5)
 
     holder = threading.Thread(target=hold)
     holder.start()
+    held.wait(5)
     try:
+        n = fast_calls(b)
+        np.testing.assert_array_equal(b.run("add", small, small), small + small)
+        assert fast_calls(b) == n + 1  # no lock needed
         threading.Timer(0.2, done.set).start()
-        np.testing.assert_array_equal(b.run("add", x, x), x + x)  # waits in Backend.run, not in C
+        np.testing.assert_array_equal(b.run("add", large, large), large + large)  # waits in Backend.run, not in C
+        assert fast_calls(b) == n + 1
     finally:
+        done.set()
         holder.join()
-    assert fast_calls(b) == n
 
 
 def test_many_threads_and_a_close_meet_no_crash_only_closed_errors(b):

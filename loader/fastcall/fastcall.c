@@ -142,7 +142,10 @@ static int read_torch(PyObject* x, int writable, operand* o) {
         if (torch_dtype_objs[i] == v) o->dt = torch_dtype_rows[i];
     Py_XDECREF(v);
     if (o->dt < 0) goto fail;
-    if (!method_is(x, s_is_neg, Py_False) || !method_is(x, s_is_conj, Py_False)) goto fail;
+    /* A lazily negated view (torch._neg_view) of any dtype is refused. The conjugate bit needs no look: no dtype
+     * here is complex, and the conjugate of a real number is itself (PyTorch's conj() of a real tensor returns
+     * the tensor unflagged; were a flag set, the bytes would still mean what they say). */
+    if (!method_is(x, s_is_neg, Py_False)) goto fail;
     if (writable && !attr_is(x, s_requires_grad, Py_False)) goto fail;
     if (!method_is(x, s_is_contiguous, Py_True)) goto fail;
     v = attr(x, s_is_cuda);
@@ -569,32 +572,66 @@ static void drop_made(PyObject** made, int n) {
     for (int j = 0; j < n; j++) Py_XDECREF(made[j]);
 }
 
-/* The call itself, under the instance's lock taken without waiting (a busy lock: the whole path waits for it
- * instead). 1: done; 0: not here (the whole path then); -1: the backend failed, the exception is set. */
-static int call_locked(Dispatcher* d, FastPlan* p, call_state* c, cuplug_attr* attrs) {
-    int n_ops = (int)(c->n_in + c->n_out);
-    PyObject* lock = attr(d->core, s_lock);
-    PyObject* got = lock ? PyObject_CallMethodObjArgs(lock, s_acquire, Py_False, NULL) : NULL;
-    int locked = got == Py_True;
-    Py_XDECREF(got);
-    if (!locked) {
-        PyErr_Clear();
-        Py_XDECREF(lock);
-        return 0;
-    }
-    /* Backend._live_handle: open, not forked; each resident tensor still live (another thread may free it) */
+/* Whether the instance can take a call now (Backend._live_handle): open, not forked, each resident tensor still
+ * live; its handle, or NULL. Reads attributes of slotted or plain objects only: no Python code runs. */
+static void* live_handle(Dispatcher* d, call_state* c, int n_ops) {
     PyObject* closed = attr(d->core, s_closed);
     PyObject* handle = attr(d->core, s_handle);
     PyObject* forked = attr(d->core, s_forked_from);
-    int state = closed == Py_False && handle && PyLong_CheckExact(handle) && forked == Py_None;
-    void* h = state ? PyLong_AsVoidPtr(handle) : NULL;
+    int ok = closed == Py_False && handle && PyLong_CheckExact(handle) && forked == Py_None;
+    void* h = ok ? PyLong_AsVoidPtr(handle) : NULL;
     Py_XDECREF(closed);
     Py_XDECREF(handle);
     Py_XDECREF(forked);
-    if (!h) state = 0;
-    for (int i = 0; state && i < n_ops; i++)
-        if (c->ops[i].kind == K_RESIDENT && !attr_is(c->ops[i].obj, s_dead, Py_None)) state = 0;
-    if (state) {
+    for (int i = 0; h && i < n_ops; i++)
+        if (c->ops[i].kind == K_RESIDENT && !attr_is(c->ops[i].obj, s_dead, Py_None)) h = NULL;
+    if (!h) PyErr_Clear();
+    return h;
+}
+
+/* A call that holds the GIL from the check above through its end needs no lock: close(), free() and a fork
+ * change the state above under the GIL before they touch the C instance, and the backend serializes its own
+ * calls (backend.h). Device work is a launch (microseconds); host work is, up to this many bytes. Larger host
+ * calls release the GIL, and then take the instance's lock, as Backend.run does. */
+#define HOLD_GIL_HOST_BYTES (256u << 10)
+
+static int needs_lock(call_state* c, int n_ops) {
+    uint64_t host = 0;
+    for (int i = 0; i < n_ops; i++)
+        if (c->ops[i].dev_type != CUPLUG_DEVICE_CUDA) host += c->ops[i].nbytes;
+    return host > HOLD_GIL_HOST_BYTES;
+}
+
+/* The backend's failure, worded by Backend._check (the instance's last error, read under the GIL). */
+static void raise_failure(Dispatcher* d, FastPlan* p, int rc) {
+    PyObject* backend = PyWeakref_GetObject(d->backend_ref);
+    PyObject* code = PyLong_FromLong(rc);
+    PyObject* r = code && backend && backend != Py_None ? PyObject_CallMethodObjArgs(backend, s_check, code, p->op, NULL)
+                                                        : NULL;
+    Py_XDECREF(code);
+    Py_XDECREF(r);
+    if (!PyErr_Occurred())
+        PyErr_Format(PyExc_RuntimeError, "cuplug: %U failed with status %d and raised nothing", p->op, rc);
+}
+
+/* The call itself. 1: done; 0: not here (the whole path then); -1: the backend failed, the exception is set. */
+static int call_now(Dispatcher* d, FastPlan* p, call_state* c, cuplug_attr* attrs) {
+    int n_ops = (int)(c->n_in + c->n_out), locked = needs_lock(c, n_ops);
+    PyObject* lock = NULL;
+    if (locked) { /* taken without waiting: a busy lock sends the call to the whole path, which waits */
+        lock = attr(d->core, s_lock);
+        PyObject* got = lock ? PyObject_CallMethodObjArgs(lock, s_acquire, Py_False, NULL) : NULL;
+        int ok = got == Py_True;
+        Py_XDECREF(got);
+        if (!ok) {
+            PyErr_Clear();
+            Py_XDECREF(lock);
+            return 0;
+        }
+    }
+    int state = 0;
+    void* h = live_handle(d, c, n_ops);
+    if (h) {
         cuplug_tensor t[2 * MAX_OPERANDS];
         memcpy(t, p->tmpl, sizeof(cuplug_tensor) * n_ops);
         for (int i = 0; i < n_ops; i++) t[i].data = (void*)(uintptr_t)c->ops[i].addr;
@@ -603,32 +640,31 @@ static int call_locked(Dispatcher* d, FastPlan* p, call_state* c, cuplug_attr* a
         uint64_t stream = c->launch == NO_STREAM ? 0 : (c->launch == 0 ? 1 : c->launch);
         int n_in = (int)c->n_in, n_out = (int)c->n_out, n_attrs = p->n_attrs, rc;
         call_fn fn = d->call;
-        Py_BEGIN_ALLOW_THREADS
-        rc = fn(h, op, t, n_in, t + n_in, n_out, attrs, n_attrs, stream);
-        Py_END_ALLOW_THREADS
-        if (rc) { /* Backend._check words it (the instance's last error, read under the lock) */
-            PyObject* backend = PyWeakref_GetObject(d->backend_ref);
-            PyObject* code = PyLong_FromLong(rc);
-            PyObject* r = code && backend && backend != Py_None
-                              ? PyObject_CallMethodObjArgs(backend, s_check, code, p->op, NULL)
-                              : NULL;
-            Py_XDECREF(code);
-            Py_XDECREF(r);
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_RuntimeError, "cuplug: %U failed with status %d and raised nothing", p->op, rc);
+        if (locked) {
+            Py_BEGIN_ALLOW_THREADS
+            rc = fn(h, op, t, n_in, t + n_in, n_out, attrs, n_attrs, stream);
+            Py_END_ALLOW_THREADS
+        } else
+            rc = fn(h, op, t, n_in, t + n_in, n_out, attrs, n_attrs, stream);
+        state = 1;
+        if (rc) {
+            raise_failure(d, p, rc);
             state = -1;
         }
-    } else
-        PyErr_Clear();
-    PyObject* exc_type = NULL;
-    PyObject *exc_value = NULL, *exc_tb = NULL;
-    if (state < 0) PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
-    PyObject* rel = PyObject_CallMethodObjArgs(lock, s_release, NULL);
-    Py_XDECREF(rel);
-    Py_DECREF(lock);
-    if (state < 0) PyErr_Restore(exc_type, exc_value, exc_tb);
-    else if (!rel)
-        return -1;
+    }
+    if (locked) {
+        PyObject *et = NULL, *ev = NULL, *tb = NULL;
+        if (state < 0) PyErr_Fetch(&et, &ev, &tb);
+        PyObject* rel = PyObject_CallMethodObjArgs(lock, s_release, NULL);
+        Py_DECREF(lock);
+        if (state < 0) {
+            Py_XDECREF(rel);
+            PyErr_Restore(et, ev, tb);
+        } else if (!rel)
+            return -1;
+        else
+            Py_DECREF(rel);
+    }
     return state;
 }
 
@@ -693,7 +729,7 @@ static PyObject* Dispatcher_call(PyObject* self, PyObject* args, PyObject* kwarg
             return r < 0 ? NULL : go_slow(d, args, kwargs);
         }
     }
-    int state = call_locked(d, p, &c, attrs);
+    int state = call_now(d, p, &c, attrs);
     release_operands(c.ops, (int)(c.n_in + c.n_out));
     if (state <= 0) {
         drop_made(made, n_made);

@@ -232,6 +232,12 @@ endmacro()
 function(_cuplug_common_link target)
   _cuplug_stage_kit(_kit)
   target_include_directories(${target} PRIVATE "${_kit}/include" "${_kit}/common")
+  # Pins the glibc symbols newer glibcs version anew (expf, log, pow, ...) to manylinux_2_17's versions, so a
+  # twin calling libm stays manylinux_2_17 on any build machine (include/cuplug/glibc_floor.h says which).
+  set(_floor "${_kit}/include/cuplug/glibc_floor.h")
+  target_compile_options(${target} PRIVATE
+    "$<$<COMPILE_LANGUAGE:C,CXX>:SHELL:-include ${_floor}>"
+    "$<$<COMPILE_LANGUAGE:CUDA>:SHELL:-Xcompiler -include,${_floor}>")
   set_target_properties(${target} PROPERTIES
     POSITION_INDEPENDENT_CODE ON
     C_VISIBILITY_PRESET hidden

@@ -40,5 +40,11 @@ PYTHON_TAG, ABI_TAG = "py3", "none"
 EXTENSION_SUFFIX = ".abi3.so"
 EXTENSION_PYTHON_TAG, EXTENSION_ABI_TAG = "cp311", "abi3"
 MAX_GLIBC = (2, 17)
+# The glibc symbols a newer glibc versions anew that backends/include/cuplug/glibc_floor.h pins to their
+# manylinux_2_17 versions (tests/test_glibc_floor.py keeps the two lists, and the pinned sysroots, agreeing).
+GLIBC_PINNED: tuple[str, ...] = (
+    "exp", "exp2", "log", "log2", "pow", "expf", "exp2f", "logf", "log2f", "powf", "lgamma", "lgammaf", "lgammal",
+    "glob", "glob64", "fmemopen",
+)  # fmt: skip
 ARCHS: tuple[str, ...] = ("x86_64", "aarch64")  # platform-tag suffixes == ELF machines (contract.elfarch)
 LEGACY_MANYLINUX = {"manylinux2014": (2, 17)}  # PEP 599's name for manylinux_2_17

@@ -103,12 +103,32 @@ def build_backend_wheel(
     return wheel
 
 
+def _refuse_new_glibc(wheel: Path) -> None:
+    """Every library of the wheel imports glibc symbols of manylinux_2_17's floor only; else a WheelError naming
+    each file, symbol and version, and the fix (gate.glibc_problem)."""
+    from .gate import glibc_needs, glibc_problem
+
+    problems = []
+    with zipfile.ZipFile(wheel) as zf:
+        for member in zf.namelist():
+            if member.endswith(".so") or ".so." in member:
+                try:
+                    needs = glibc_needs(zf.read(member))
+                except ValueError:
+                    continue  # not an ELF file: auditwheel says what it makes of it
+                if needs:
+                    problems.append(glibc_problem(member, needs))
+    if problems:
+        raise WheelError(f"{wheel.name} cannot be manylinux_2_17:\n  " + "\n  ".join(problems))
+
+
 def repair_wheel(wheel: Path, out_dir: Path, run: Callable[..., object] | None = None, plat: str = TARGET_PLAT) -> Path:
     """``auditwheel repair`` with the driver excluded; returns the repaired wheel in out_dir.
 
     ``run`` executes the command (a nox session's ``session.run``); default: subprocess in this Python.
     SOURCE_DATE_EPOCH keeps the repaired wheel's timestamps reproducible.
     """
+    _refuse_new_glibc(wheel)  # before auditwheel, whose text names neither the file nor the symbol
     out_dir.mkdir(parents=True, exist_ok=True)
     before = set(out_dir.glob("*.whl"))
     # auditwheel 6.8 offers --plat choices of this machine's arch only; for a cross-built wheel

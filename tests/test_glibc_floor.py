@@ -73,7 +73,7 @@ def test_the_pins_are_the_pinned_sysroots_own_table(arch):
 def _twin(tmp_path, *flags):
     src = tmp_path / "twin.c"
     src.write_text(TWIN)
-    out = tmp_path / ("twin%d.so" % len(flags))
+    out = tmp_path / f"twin{len(flags)}.so"
     build_shared_library(src, out, "-O2", *flags, "-lm")
     return out
 

@@ -201,9 +201,13 @@ def _expected(op: str, xs: list[np.ndarray], attrs: dict) -> np.ndarray:
 def _same(result: object, want: np.ndarray) -> bool:
     if isinstance(result, (int, float)):
         return want.shape == () and float(result) == float(want)
-    got = (
-        np.frombuffer(memoryview(result).cast("B"), dtype=want.dtype) if not isinstance(result, np.ndarray) else result
-    )
+    if isinstance(result, np.ndarray):
+        got = result
+    else:  # array.array, or cuplug's HostTensor (its shape must be the result's)
+        raw = bytes(result.raw)[: result.nbytes] if hasattr(result, "raw") else memoryview(result).cast("B")
+        got = np.frombuffer(raw, dtype=want.dtype)
+        if hasattr(result, "raw") and tuple(result.shape) != want.shape:
+            return False
     return got.size == want.size and bool(np.all(got.reshape(-1) == want.reshape(-1)))
 
 

@@ -990,10 +990,11 @@ def test_half_precision_host_results_without_numpy(b, monkeypatch):
 
     h = HostBuffer(cuplug.contract.dtypes.BY_NAME["float16"], (2,))
     h.fill([1.5, 2.0])
-    assert b.run("add", h, h).dtype == np.float16  # NumPy where it is there
-    monkeypatch.setitem(sys.modules, "numpy", None)  # and where it is not
-    with pytest.raises(cuplug.InvalidInputError, match="a float16 host result needs NumPy or PyTorch"):
-        b.run("add", h, h)
+    for numpy in (sys.modules["numpy"], None):  # cuplug's own host memory, with NumPy imported and without
+        monkeypatch.setitem(sys.modules, "numpy", numpy)
+        got = b.run("add", h, h)
+        assert isinstance(got, HostBuffer) and got.dtype.name == "float16" and got.shape == (2,)
+        assert got.tolist() == [3.0, 4.0]
     assert b.run("sum", h) == 3.5
 
 
@@ -1452,13 +1453,16 @@ def test_a_host_result_of_any_shape_reaches_c_with_the_ops_shape(cpu, spy):
     from cuplug.runtime.hostbuf import HostBuffer
 
     x = memoryview(array.array("f", range(400))).cast("B").cast("f", (20, 20))
-    r = cpu.run("add", x, x)
-    assert isinstance(r, array.array) and list(r) == [2.0 * i for i in range(400)]
+    r = cpu.run("add", x, x)  # a memoryview's kind is unknown: cuplug's HostTensor, its shape kept
+    assert isinstance(r, HostBuffer) and r.shape == (20, 20) and r.values() == [2.0 * i for i in range(400)]
     assert spy.entries("call")[-1][2][0]["shape"] == [20, 20]
+    assert np.asarray(r).shape == (20, 20) and np.from_dlpack(r).shape == (20, 20)  # read in place by NumPy
     e = HostBuffer(cuplug.contract.dtypes.BY_NAME["float32"], (3, 0))
     r = cpu.run("add", e, e)
-    assert isinstance(r, array.array) and len(r) == 0
+    assert isinstance(r, HostBuffer) and r.shape == (3, 0) and r.tolist() == [[], [], []]
     assert spy.entries("call")[-1][2][0]["shape"] == [3, 0]
+    v = array.array("f", [1.0, 2.0])  # array.array in, 1-D out: array.array, as before
+    assert type(cpu.run("add", v, v)) is array.array
 
 
 def test_host_results_are_numpy_for_numpy_subclasses_and_array_array_for_other_buffers(b):
@@ -1467,7 +1471,8 @@ def test_host_results_are_numpy_for_numpy_subclasses_and_array_array_for_other_b
     import pickle
 
     p = pickle.PickleBuffer(array.array("f", [1, 2]))
-    assert isinstance(b.run("add", p, p), array.array)
+    got = b.run("add", p, p)  # a kind cuplug does not know: its own HostTensor
+    assert type(got).__name__ == "HostTensor" and got.tolist() == [2.0, 4.0]
 
 
 def test_host_results_are_pytorch_tensors_only_for_pytorch_inputs(b, monkeypatch):
@@ -1505,13 +1510,12 @@ class _Bfloat16Host:
 
 
 def test_a_bfloat16_host_result_is_made_like_a_bfloat16_numpy_input(b, monkeypatch):
-    """NumPy has no bfloat16 of its own: the result takes the input's (ml_dtypes) dtype, and an input of
-    another kind is told to pass out=."""
-    with pytest.raises(
-        cuplug.InvalidInputError, match=r"^a bfloat16 host result needs a bfloat16 NumPy input \(ml_dtypes\) or out=$"
-    ):
-        b.run("add", _Bfloat16Host(2, dtype=None), _Bfloat16Host(2, dtype=None))
+    """NumPy has no bfloat16 of its own: the result takes the input's (ml_dtypes) dtype; an input of another kind
+    gets cuplug's own HostTensor (read through DLPack)."""
     from cuplug.runtime.hostbuf import HostBuffer
+
+    got = b.run("add", _Bfloat16Host(2, dtype=None), _Bfloat16Host(2, dtype=None))  # no NumPy bfloat16 given
+    assert isinstance(got, HostBuffer) and got.dtype.name == "bfloat16" and got.shape == (2,)
 
     # a framework's name is a string made at run time, equal to "bfloat16" but not the literal itself
     ml_bfloat16 = type("dtype", (), {"name": "".join(["bfloat", "16"])})()
@@ -1523,25 +1527,28 @@ def test_a_bfloat16_host_result_is_made_like_a_bfloat16_numpy_input(b, monkeypat
 
     monkeypatch.setitem(sys.modules, "numpy", type(sys)("numpy"))
     sys.modules["numpy"].empty = empty
-    x = _Bfloat16Host(2, ml_bfloat16)
+    numpy_like = type("ndarray", (_Bfloat16Host,), {"__module__": "numpy"})  # a NumPy array of ml_dtypes' bfloat16
+    x = numpy_like(2, ml_bfloat16)
     assert isinstance(b.run("add", x, x), HostBuffer) and asked == [((2,), ml_bfloat16)]
     for other in ("float16", "", "bfloat16x"):  # a framework dtype of another name never makes a bfloat16 result
-        y = _Bfloat16Host(2, type("dtype", (), {"name": other})())
-        with pytest.raises(cuplug.InvalidInputError, match="needs a bfloat16 NumPy input"):
-            b.run("add", y, y)
+        y = numpy_like(2, type("dtype", (), {"name": other})())
+        assert isinstance(b.run("add", y, y), HostBuffer)  # cuplug's own bfloat16 host memory instead
     assert len(asked) == 1
 
 
-def test_a_bfloat16_host_result_of_cuplugs_own_host_memory_asks_for_out(b):
-    """cuplug's HostBuffer carries cuplug's dtype, which NumPy cannot make an array of: the documented
-    error, with NumPy imported (it is here) as without."""
+def test_a_bfloat16_host_result_of_cuplugs_own_host_memory_is_cuplugs_own_again(b):
+    """cuplug's HostTensor carries cuplug's dtype, which NumPy cannot make an array of: the result is another
+    HostTensor (DLPack reads it), and out= one works too."""
     from cuplug.runtime.hostbuf import HostBuffer
 
     h = HostBuffer(cuplug.contract.dtypes.BY_NAME["bfloat16"], (2,))
-    with pytest.raises(cuplug.InvalidInputError, match=r"bfloat16 host result needs a bfloat16 NumPy input"):
-        b.run("add", h, h)
-    out = HostBuffer(cuplug.contract.dtypes.BY_NAME["bfloat16"], (2,))
     h.fill([1.5, 2.0])
+    assert b.run("add", h, h).values() == [3.0, 4.0]
+    with pytest.raises(AttributeError, match="no __array_interface__"):
+        h.__array_interface__  # noqa: B018
+    with pytest.raises(BufferError, match="through DLPack"):
+        h.memoryview()
+    out = HostBuffer(cuplug.contract.dtypes.BY_NAME["bfloat16"], (2,))
     assert b.run("add", h, h, out=out) is out and out.values() == [3.0, 4.0]
 
 
@@ -1682,7 +1689,7 @@ def test_a_host_result_is_pytorch_only_for_pytorch_inputs(b, monkeypatch):
     zarr_like = type("Array", (array.array,), {"__module__": "zarr.core"})
     x = zarr_like("f", [1, 2])
     got = b.run("add", x, x)
-    assert type(got) is array.array and list(got) == [2, 4]
+    assert type(got).__name__ == "HostTensor" and list(got) == [2, 4]  # a kind cuplug does not know: its own
 
 
 def test_out_must_name_every_output(b):

@@ -316,3 +316,30 @@ def test_an_op_table_with_a_bad_expression_is_refused_at_load():
 def test_expressions_evaluate_as_python_slices(expr, shapes, values, want):
     terms = shapeexpr.parse(expr, ["x"], ["n"])
     assert shapeexpr.evaluate(terms, shapes, values, ["x"]) == want
+
+
+def test_host_results_keep_their_shape_and_dtype_whoever_made_the_inputs(b):
+    """Issue 32, part 6: a producer of DLPack alone (here a NumPy array behind a wrapper) gets its result's shape
+    back, and a resident tensor's download keeps shape and dtype for every dtype, bfloat16 included."""
+
+    class DLPackOnly:
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    x = np.arange(600, dtype=np.float32).reshape(6, 100)
+    w = np.ones(100, np.float32)
+    y, mean, rstd = b.run("layernorm", DLPackOnly(x), DLPackOnly(w), DLPackOnly(w))
+    assert isinstance(y, cuplug.HostTensor) and y.shape == (6, 100) and mean.shape == (6,)
+    np.testing.assert_allclose(np.asarray(y), np.from_dlpack(y))
+    np.testing.assert_allclose(np.asarray(mean), x.mean(-1), rtol=1e-6)
+    for name in ("float32", "float16", "bfloat16", "int64", "uint32", "bool"):
+        t = b.empty((2, 3), name)
+        host = t.to_host()
+        assert isinstance(host, cuplug.HostTensor) and host.shape == (2, 3) and host.dtype.name == name
+        assert np.from_dlpack(host).shape == (2, 3) if name != "bfloat16" else len(host.tolist()) == 2

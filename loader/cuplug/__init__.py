@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers
         UnknownOpError,
     )
     from .runtime.api import Backend, Buffer, Tensor  # noqa: F401
+    from .runtime.hostbuf import HostTensor  # noqa: F401
     from .runtime.loading import explain, load  # noqa: F401
     from .runtime.trace import Trace  # noqa: F401
 
@@ -45,6 +46,7 @@ _LAZY = {
     "Backend": "runtime.api",
     "Buffer": "runtime.api",
     "Tensor": "runtime.api",
+    "HostTensor": "runtime.hostbuf",
     "Trace": "runtime.trace",
     **dict.fromkeys(
         (

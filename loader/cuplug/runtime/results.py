@@ -94,37 +94,40 @@ class HostKind:
 
 
 def new_host(template: Any, dt: dtypes.DType, shape: tuple[int, ...]) -> Any:
-    """A host output of the caller's kind: NumPy for NumPy, PyTorch for PyTorch, else ``array.array``."""
+    """A host output of the caller's kind, its shape and dtype kept: NumPy for NumPy (a bfloat16 one where the
+    caller's bfloat16 is NumPy's, ml_dtypes), PyTorch for PyTorch, ``array.array`` for ``array.array`` when the
+    result is 1-D (or 0-d) of a type it holds; cuplug's own ``HostTensor`` otherwise (a producer of DLPack alone,
+    a resident tensor's download, an N-D result of 1-D arrays), which exports DLPack, ``__array_interface__``
+    and the buffer protocol."""
+    from .hostbuf import HostTensor
+
     kind = HostKind.of(template)
     root = kind.root if kind is not None else ""
-    np = sys.modules.get("numpy")
     if root == "torch" and "torch" in sys.modules:
         torch = sys.modules["torch"]
         return torch.empty(shape, dtype=getattr(torch, dt.name))
-    if np is not None and (root == "numpy" or not dt.array_code):
-        if dt.name == "bfloat16":
-            tdt = kind.dtype if kind is not None else None
-            # a framework's bfloat16 (ml_dtypes) makes the array; cuplug's own dtype (a HostBuffer's) cannot
-            if getattr(tdt, "name", "") != "bfloat16" or isinstance(tdt, dtypes.DType):
-                raise InvalidInputError("a bfloat16 host result needs a bfloat16 NumPy input (ml_dtypes) or out=")
+    np = sys.modules.get("numpy")
+    if root == "numpy" and np is not None:
+        if dt.name != "bfloat16":
+            return np.empty(shape, dtype=dt.name)
+        tdt = kind.dtype if kind is not None else None  # a framework's bfloat16 (ml_dtypes) makes the array
+        if getattr(tdt, "name", "") == "bfloat16" and not isinstance(tdt, dtypes.DType):
             return np.empty(shape, dtype=tdt)
-        return np.empty(shape, dtype=dt.name)
-    if not dt.array_code:
-        raise InvalidInputError(
-            f"a {dt.name} host result needs NumPy or PyTorch (array.array has no {dt.name}); pass out="
-        )
-    import array  # here: importing it costs 2.8 ms (it registers with collections.abc), load() needs none
+        return HostTensor(dt, shape)
+    if root == "array" and dt.array_code and len(shape) <= 1:
+        import array  # here: importing it costs 2.8 ms (it registers with collections.abc), load() needs none
 
-    return array.array(dt.array_code, bytes(dt.itemsize * max(signature.numel(shape), 1 if shape == () else 0)))
+        return array.array(dt.array_code, bytes(dt.itemsize * signature.numel(shape)))
+    return HostTensor(dt, shape)
 
 
 def host_result(template: Any, dt: dtypes.DType, shape: tuple[int, ...], scalar: bool) -> Any:
     """A host output; a scalar one of a dtype array.array lacks (float16, bfloat16) in cuplug's own host
     memory, so ``run("sum", x)`` answers a Python number without NumPy."""
     if scalar and not dt.array_code:
-        from .hostbuf import HostBuffer
+        from .hostbuf import HostTensor
 
-        return HostBuffer(dt, shape)
+        return HostTensor(dt, shape)
     return new_host(template, dt, shape)
 
 
@@ -141,4 +144,4 @@ def scalar(result: Any) -> Any:
     if isinstance(result, HostBuffer):
         value = result.values()[0]
         return value if result.dtype.is_float else int(value)
-    return result.item() if hasattr(result, "item") else result[0]  # NumPy/PyTorch, or array.array
+    return result.item() if hasattr(result, "item") else result[0]  # NumPy/PyTorch, or a 0-d array.array

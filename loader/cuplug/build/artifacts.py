@@ -103,6 +103,50 @@ def build_summary(ninja_output: str) -> str:
     return f"compiled {len(compiled)} objects ({what}), linked {len(linked)} libraries"
 
 
+# A variant heavier than these gets a warning with the usual remedies (issue 32: a softmax of OneFlow's took
+# 477 s / 853 s of nvcc and 54 / 69 MB on CUDA 12 / 13 and said nothing).
+HEAVY_SECONDS = 180.0
+HEAVY_BYTES = 32 << 20
+HEAVY_REMEDIES = (
+    "fewer architectures (a variant matrix of your own: the dedicated sm_XX variants and PTX, or family targets "
+    "sm_XXf on CUDA >= 12.9, instead of every SASS in the fatbin), nvcc --threads N (CUDA_FLAGS: compiles the "
+    "architectures of one file in parallel), fewer template instantiations (cuplug_dispatch<Mask> instantiates only "
+    "the dtypes an op takes), -Xptxas -O1 for code that is not hot, and no -G/-lineinfo in release builds"
+)
+
+
+def ninja_times(build_dir: Path, since: int, variants: list[str]) -> dict[str, float]:
+    """Seconds of compiling and linking per variant in the build that appended to ``.ninja_log`` after byte
+    ``since``: read from Ninja's own log (start and end of every output, milliseconds), never timed here."""
+    log = build_dir / ".ninja_log"
+    times = dict.fromkeys(variants, 0.0)
+    if not log.is_file():
+        return times
+    with log.open("rb") as fh:
+        fh.seek(since)
+        lines = fh.read().decode(errors="replace").splitlines()
+    for line in lines:
+        parts = line.split("\t")
+        if len(parts) < 4 or not parts[0].isdigit() or not parts[1].isdigit():
+            continue
+        output = parts[3]
+        for variant in variants:  # an object of target cuplug_<name>_<variant>, or <variant>/lib...so
+            if f"_{variant}.dir/" in output or output.startswith(f"{variant}/"):
+                times[variant] += (int(parts[1]) - int(parts[0])) / 1000
+                break
+    return times
+
+
+def heavy(variant: str, seconds: float, size: int) -> str | None:
+    """A warning for a variant over HEAVY_SECONDS or HEAVY_BYTES, naming the remedies; None otherwise."""
+    over = []
+    if seconds > HEAVY_SECONDS:
+        over.append(f"{seconds:.0f} s of compiling (over {HEAVY_SECONDS:.0f})")
+    if size > HEAVY_BYTES:
+        over.append(f"{size / 1e6:.1f} MB (over {HEAVY_BYTES / 1e6:.0f})")
+    return f"warning: {variant} is heavy: {' and '.join(over)}. Remedies: {HEAVY_REMEDIES}" if over else None
+
+
 def configure_and_build(spec: BuildSpec, variants: list[str], archs: list[int]) -> str:
     """CMake configure + build of every variant; what Ninja did, in one line."""
     tc, env = spec.toolchain, spec.run_env
@@ -193,15 +237,27 @@ def build_backend(spec: BuildSpec) -> Path:
     variants = sorted(matrix["variants"])
     archs = toolkit_archs(tc)
     t0 = time.perf_counter()
+    log = spec.build_dir / ".ninja_log"
+    since = log.stat().st_size if log.is_file() else 0
     spec.log(f"{tc.major}: {configure_and_build(spec, variants, archs)}")
-    artifacts = []
+    seconds = ninja_times(spec.build_dir, since, variants)
+    artifacts, report, warnings = [], {}, []
     for variant in variants:
         art = describe(spec, variant, matrix, archs)
         artifacts.append(art)
+        built = f", built in {seconds[variant]:.1f} s" if seconds[variant] else ", up to date"
         spec.log(
             f"{tc.major}/{variant}: {art.arch}, {art.size:,} B, SASS {','.join(art.sass) or '-'}, "
-            f"PTX {','.join(art.ptx) or '-'}{f' (ISA {art.ptx_isa})' if art.ptx_isa else ''}"
+            f"PTX {','.join(art.ptx) or '-'}{f' (ISA {art.ptx_isa})' if art.ptx_isa else ''}{built}"
         )
+        report[variant] = {"bytes": art.size, "seconds": round(seconds[variant], 3)}
+        warning = heavy(f"{tc.major}/{variant}", seconds[variant], art.size)
+        if warning:
+            warnings.append(warning)
+    for warning in warnings:  # after the table: the last lines a user reads
+        spec.log(warning)
+    # The build report beside the manifest: per variant its size and this build's compile seconds (0: up to date).
+    (spec.build_dir / "build-report.json").write_text(json.dumps({"cuda": tc.major, "variants": report}, indent=1))
     path = manifest.write(spec.build_dir, tc.major, artifacts)
     spec.log(f"{tc.major}: manifest written, {len(artifacts)} artifacts in {time.perf_counter() - t0:.1f} s")
     return Path(path)

@@ -15,7 +15,7 @@ import zipfile
 import pytest
 
 from conftest import ROOT, build_shared_library
-from cuplug.build import gate, rules, wheel
+from cuplug.build import gate, glibc, rules, wheel
 
 HEADER = ROOT / "backends" / "include" / "cuplug" / "glibc_floor.h"
 TWIN = r"""
@@ -47,8 +47,8 @@ def _sysroot_table(libdir) -> set[str]:
                 if sym.name and sym["st_shndx"] != "SHN_UNDEF" and isinstance(ndx, int):
                     by_name.setdefault(sym.name, []).append((names.get(ndx & 0x7FFF, ""), not ndx & 0x8000))
             for name, versions in by_name.items():
-                newest = [gate._glibc(v) for v, default in versions if default and v.startswith("GLIBC_")]
-                old = [gate._glibc(v) for v, default in versions if not default and v.startswith("GLIBC_")]
+                newest = [glibc.glibc_version(v) for v, default in versions if default and v.startswith("GLIBC_")]
+                old = [glibc.glibc_version(v) for v, default in versions if not default and v.startswith("GLIBC_")]
                 if newest and newest[0] > rules.MAX_GLIBC and any(o <= rules.MAX_GLIBC for o in old):
                     found.add(name)
     return found - set(rules.PROCESS_ENDING)  # quick_exit: refused by the gate anyway
@@ -79,12 +79,12 @@ def _twin(tmp_path, *flags):
 
 
 def test_a_twin_calling_libm_needs_only_the_floor_with_the_header(tmp_path):
-    plain = gate.glibc_needs(_twin(tmp_path).read_bytes())
+    plain = glibc.glibc_needs(_twin(tmp_path).read_bytes())
     if not plain:
         pytest.skip("this machine's glibc is old enough that nothing needs pinning")
     assert ("expf", "GLIBC_2.27") in plain and ("pow", "GLIBC_2.29") in plain
     pinned = _twin(tmp_path, "-include", str(HEADER))
-    assert gate.glibc_needs(pinned.read_bytes()) == []
+    assert glibc.glibc_needs(pinned.read_bytes()) == []
     # and the pinned entries are the old ones
     syms = subprocess.run(["nm", "-D", str(pinned)], capture_output=True, text=True, check=True).stdout
     assert re.search(r"expf@GLIBC_2\.(2\.5|17)\b", syms), syms
@@ -92,7 +92,7 @@ def test_a_twin_calling_libm_needs_only_the_floor_with_the_header(tmp_path):
 
 def test_the_gate_names_the_file_the_symbol_and_the_fix(tmp_path):
     lib = _twin(tmp_path)
-    if not gate.glibc_needs(lib.read_bytes()):
+    if not glibc.glibc_needs(lib.read_bytes()):
         pytest.skip("this machine's glibc is old enough that nothing needs pinning")
     whl = tmp_path / "twin-1-py3-none-linux_x86_64.whl"
     with zipfile.ZipFile(whl, "w") as zf:

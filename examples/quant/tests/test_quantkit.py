@@ -24,8 +24,8 @@ BAD_BLOCKSIZES = [32, 100, 96, 8192, 1 << 40]
 
 
 def _np(result: object, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
-    """A host result as NumPy (array.array for inputs of other kinds)."""
-    return np.frombuffer(memoryview(result).cast("B"), dtype=dtype).reshape(shape)
+    """A host result as NumPy: its bytes (NumPy, array.array and cuplug.HostTensor all give tobytes())."""
+    return np.frombuffer(result.tobytes(), dtype=dtype).reshape(shape)
 
 
 def _bits(a: np.ndarray) -> np.ndarray:

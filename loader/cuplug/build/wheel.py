@@ -106,7 +106,7 @@ def build_backend_wheel(
 def _refuse_new_glibc(wheel: Path) -> None:
     """Every library of the wheel imports glibc symbols of manylinux_2_17's floor only; else a WheelError naming
     each file, symbol and version, and the fix (gate.glibc_problem)."""
-    from .gate import glibc_needs, glibc_problem
+    from .glibc import glibc_needs, glibc_problem
 
     problems = []
     with zipfile.ZipFile(wheel) as zf:

@@ -94,6 +94,10 @@ class HostTensor:
         view = memoryview(self.raw).cast("B")[: self.nbytes]
         return view.cast(fmt, self.shape) if self.shape else view.cast(fmt)
 
+    def tobytes(self) -> bytes:
+        """A copy of its bytes, in C order (as NumPy's and array.array's tobytes())."""
+        return bytes(self.raw)[: self.nbytes]
+
     def __buffer__(self, flags: int) -> memoryview:  # PEP 688 (Python >= 3.12): memoryview(t), np.asarray(t)
         return self.memoryview()
 

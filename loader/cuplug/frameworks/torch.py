@@ -151,10 +151,14 @@ def _call(backend: Backend, sig: OpSignature, tensors: tuple, attrs: dict[str, A
 
 
 def _kernel(backend: Backend, sig: OpSignature, torch: Any) -> Any:
+    cuda = backend.device_type == dtypes.DEVICE_CUDA
+
     def kernel(*args: Any) -> Any:
         tensors, attrs = _split(sig, args)
+        if cuda and tensors:  # run() itself: torch.empty results on PyTorch's current stream, the C dispatcher's
+            return backend.run(sig.name, *tensors, **attrs)  # path once learned (a Python number never: device)
         outs = _outputs(sig, tensors, attrs, torch, _device(backend, tensors, torch))
-        _call(backend, sig, tensors, attrs, outs, torch)
+        _call(backend, sig, tensors, attrs, outs, torch)  # host ops: tensors even for a scalar result
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     return kernel
@@ -162,10 +166,15 @@ def _kernel(backend: Backend, sig: OpSignature, torch: Any) -> Any:
 
 def _kernel_out(backend: Backend, sig: OpSignature, torch: Any) -> Any:
     names = output_names(sig)
+    cuda = backend.device_type == dtypes.DEVICE_CUDA
 
     def kernel(*args: Any, **kwargs: Any) -> None:
         tensors, attrs = _split(sig, args)
-        _call(backend, sig, tensors, attrs, [kwargs[n] for n in names], torch)
+        outs = [kwargs[n] for n in names]
+        if cuda:  # run() launches on PyTorch's current stream when no stream is named
+            backend.run(sig.name, *tensors, out=outs[0] if len(outs) == 1 else tuple(outs), **attrs)
+        else:
+            _call(backend, sig, tensors, attrs, outs, torch)
 
     return kernel
 

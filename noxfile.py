@@ -18,7 +18,7 @@ nox.options.default_venv_backend = "venv"
 nox.options.sessions = ["lint", "tests"]
 
 ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT / "loader"))  # build helpers (cuplug.build), no install needed
+sys.path.insert(0, str(ROOT / "loader"))  # build helpers (cuplug.kit), no install needed
 
 BUILD_TOOLS = [
     "scikit-build-core==1.1.2",
@@ -64,8 +64,8 @@ TEST_DEPS += ["pytest-benchmark==5.3.1"]
 
 
 def _clean_env() -> dict[str, str]:
-    """No system CUDA: hide /usr/local/cuda and any nvcc on PATH from every build (cuplug.build.process)."""
-    from cuplug.build.process import without_system_cuda
+    """No system CUDA: hide /usr/local/cuda and any nvcc on PATH from every build (cuplug.kit.process)."""
+    from cuplug.kit.process import without_system_cuda
 
     return without_system_cuda()
 
@@ -246,7 +246,7 @@ def _with_session(spec: Any, session: nox.Session) -> Any:
 
 
 def _build_backends(session: nox.Session, majors: list[str], arch: str = "x86_64") -> None:
-    from cuplug.build import artifacts, toolchain
+    from cuplug.kit import artifacts, toolchain
 
     sysroot = toolchain.install_sysroot(session.log, arch)
     for major in majors:
@@ -282,7 +282,7 @@ def _all_wheels(session: nox.Session, out: Path, arch: str = "x86_64") -> Path:
     ``arch="aarch64"``: everything cross-built here; the cuplug wheel's CPU twin by the cross gcc
     (scikit-build-core with the aarch64 toolchain file, tagged through ``_PYTHON_HOST_PLATFORM``).
     """
-    from cuplug.build import toolchain, wheel
+    from cuplug.kit import toolchain, wheel
 
     _build_backends(session, CUDA_MAJORS, arch)
     raw = ROOT / "build" / ("raw-wheels" if arch == "x86_64" else f"raw-wheels-{arch}")
@@ -333,7 +333,7 @@ def _all_wheels(session: nox.Session, out: Path, arch: str = "x86_64") -> Path:
     session.run(
         "python",
         "-m",
-        "cuplug.build",
+        "cuplug.kit",
         "check",
         *map(str, sorted(out.glob("*.whl"))),
         env={"PYTHONPATH": str(ROOT / "loader")},
@@ -372,7 +372,7 @@ VARIANT_MATRIX = ROOT / "packaging" / "variant-wheels.json"
 def _variant_wheels(session: nox.Session, out: Path, arch: str = "x86_64") -> Path:
     """Per CUDA major, from one build directory (VARIANT_MATRIX): the all-variant wheel, one PEP 825
     variant wheel per dedicated SASS variant (+ PTX), the null variant (PTX) and the variants.json index."""
-    from cuplug.build import artifacts, toolchain, variants, wheel
+    from cuplug.kit import artifacts, toolchain, variants, wheel
 
     sysroot = toolchain.install_sysroot(session.log, arch)
     shutil.rmtree(out, ignore_errors=True)
@@ -392,7 +392,7 @@ def _variant_wheels(session: nox.Session, out: Path, arch: str = "x86_64") -> Pa
     session.run(
         "python",
         "-m",
-        "cuplug.build",
+        "cuplug.kit",
         "check",
         *map(str, sorted(out.glob("*.whl"))),
         env={"PYTHONPATH": str(ROOT / "loader")},

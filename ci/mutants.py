@@ -131,7 +131,7 @@ MODULES: dict[str, list[list[str]]] = {
         ["tests/test_operator_tools.py", "tests/test_hostile_failures.py"],
     ],
     "contract/fatbin.py": [["tests/test_fatbin.py"], ["tests/test_operator_tools.py"]],
-    "build/gate.py": [["tests/test_gate.py", REFERENCE_PAGES], ["tests/test_build_matrix.py", "tests/test_wheels.py"]],
+    "kit/gate.py": [["tests/test_gate.py", REFERENCE_PAGES], ["tests/test_build_matrix.py", "tests/test_wheels.py"]],
 }
 # Modules on load()'s path also answer for what they import (tests/test_contract.py): a mutant that makes
 # them import typing at run time (TYPE_CHECKING = True) changes what every application pays.

@@ -32,7 +32,7 @@ PIP_SHA256 = "9655943313a94722b7774661c21049070f6bbb0a1516bf02f7c8d5d9201514cd"
 def cache_dir() -> Path:
     """The tools venv in cuplug's cache (the build kit's cache_root: the stdlib only, no install needed)."""
     sys.path.insert(0, str(HERE.parent / "loader"))
-    from cuplug.build.toolchain import cache_root
+    from cuplug.kit.toolchain import cache_root
 
     key = hashlib.sha256(REQUIREMENTS.read_bytes() + sys.version.encode()).hexdigest()[:12]
     return cache_root() / f"tools-{key}"

@@ -76,7 +76,7 @@ def _wheel(prefix: str, where: str) -> Path:
 
 @pytest.fixture(scope="module")
 def arm_root() -> Path:
-    from cuplug.build import toolchain
+    from cuplug.kit import toolchain
 
     return toolchain.install_emulation_root(lambda _msg: None)
 
@@ -113,7 +113,7 @@ def arm_venv(arm_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def arm_fake_driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tests/fake_cuda/fake_libcuda.c cross-compiled for aarch64, as <dir>/libcuda.so.1."""
-    from cuplug.build import toolchain
+    from cuplug.kit import toolchain
 
     prefix = toolchain.install_cross_compiler(lambda _msg: None)
     out = tmp_path_factory.mktemp("fake_cuda_arm")
@@ -143,7 +143,7 @@ def test_wheels_are_aarch64_and_pass_the_gate():
     tail = "-manylinux2014_aarch64.manylinux_2_17_aarch64.whl"  # cuplug's own: its abi3 C dispatcher inside
     assert all(w.name.endswith(("-cp311-abi3" if w.name.startswith("cuplug-") else "-py3-none") + tail) for w in wheels)
     proc = subprocess.run(
-        [sys.executable, "-m", "cuplug.build", "check", *map(str, wheels)], capture_output=True, text=True
+        [sys.executable, "-m", "cuplug.kit", "check", *map(str, wheels)], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr
     for w in wheels:

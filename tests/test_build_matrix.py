@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cuplug.build import artifacts, gate
+from cuplug.kit import artifacts, gate
 from cuplug.contract import fatbin
 from cuplug.contract.elfarch import host_arch
 
@@ -42,7 +42,7 @@ def test_unknown_variant_and_arch_are_named():
 def _described(tmp_path, monkeypatch, cpu_lib_path, variant, found):
     """describe() of one built variant whose device code reads as ``found`` (sass, ptx, isa); the library is
     the real CPU twin (it links and exports as a backend must), the toolchain a stand-in: no toolkit."""
-    from cuplug.build.toolchain import Toolchain
+    from cuplug.kit.toolchain import Toolchain
 
     so = tmp_path / variant / "libcuplug_vector.so"
     so.parent.mkdir()
@@ -127,7 +127,7 @@ STATIC_KERNEL = "static __global__ void twice(float* p) { p[threadIdx.x] *= 2.0f
 
 
 def _toolchain(major: str):
-    from cuplug.build import toolchain
+    from cuplug.kit import toolchain
 
     if shutil.which("c++") is None:
         pytest.skip("needs a host C++ compiler")
@@ -233,3 +233,19 @@ def test_relocatable_device_code_is_refused(tmp_path):
     )
     with pytest.raises(artifacts.BuildError, match=r"relocatable device code.*the ptx variant would be empty"):
         artifacts.read_device_code(tc, _link(tmp_path, *objs, dlink))
+
+
+def test_the_kits_old_name_is_an_alias_of_it():
+    """cuplug.kit was cuplug.build (issue 32, part 7): `python -m cuplug.build`, `from cuplug.build import x` and
+    `import cuplug.build.x` go on working, each name the kit's own module object."""
+    import subprocess
+    import sys
+
+    import cuplug.build
+    import cuplug.build.gate
+    import cuplug.kit.gate
+    from cuplug.build import toolchain
+
+    assert cuplug.build.gate is cuplug.kit.gate and toolchain is sys.modules["cuplug.kit.toolchain"]
+    out = subprocess.run([sys.executable, "-m", "cuplug.build", "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "toolchain" in out.stdout and "variants" in out.stdout

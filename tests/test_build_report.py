@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from cuplug.build import artifacts
+from cuplug.kit import artifacts
 
 LOG = """# ninja log v5
 2\t3574\t1796478130119890742\tCMakeFiles/cuplug_vector_ptx.dir/cuda/vector.cu.o\t51f11b6116aaeabf

@@ -6,7 +6,7 @@ where cuplug.load("scan") falls back and explains like the reference backend; a
 second run with nothing changed compiles nothing, and a changed .cu recompiles that
 file only. `cuplug new-backend` makes a project under a new name that builds and
 passes its tests untouched. A project with several .cu files and every option of
-cuplug_add_cuda_backend() builds through `python -m cuplug.build variants`, with the
+cuplug_add_cuda_backend() builds through `python -m cuplug.kit variants`, with the
 right manifest facts; shared libraries in LINK_LIBRARIES are refused at configure
 time. Slow (two toolkits, eight variants each): about two minutes a project.
 """
@@ -192,7 +192,7 @@ def test_example_rebuild_with_nothing_changed_compiles_nothing(scan_project):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     for major in ("cuda12", "cuda13"):
-        assert f"cuplug.build: {major}: up to date (nothing compiled or linked)" in out, out[-4000:]
+        assert f"cuplug.kit: {major}: up to date (nothing compiled or linked)" in out, out[-4000:]
     assert "Building C object" not in out and "Building CUDA object" not in out  # the CPU twin too
     print(f"second `nox -s wheels`, nothing changed: {took:.1f} s")
 
@@ -201,7 +201,7 @@ def test_example_changed_cu_recompiles_that_file_only(scan_project):
     kernels = scan_project / "cuda" / "scan_kernels.cu"
     kernels.write_text(kernels.read_text() + "// changed\n")
     python = scan_project / ".nox" / "wheels" / "bin" / "python"  # the venv the last run left
-    cmd = [str(python), "-m", "cuplug.build", "variants", "--cuda", "cuda13", "--source", "cuda"]
+    cmd = [str(python), "-m", "cuplug.kit", "variants", "--cuda", "cuda13", "--source", "cuda"]
     proc = subprocess.run(
         [*cmd, "--out", "build/cuda13", "--backend", "scan"],
         cwd=scan_project,
@@ -325,7 +325,7 @@ def _opts_project(root: Path) -> Path:
 
 
 def _variants(project: Path, out: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "cuplug.build", "variants", "--cuda", "cuda13", "--source", str(project)]
+    cmd = [sys.executable, "-m", "cuplug.kit", "variants", "--cuda", "cuda13", "--source", str(project)]
     cmd += ["--out", str(out), "--backend", "opts", "--matrix", str(project / "matrix.json")]
     return subprocess.run(cmd, capture_output=True, text=True, env=clean_env(**env), timeout=900)
 
@@ -339,7 +339,7 @@ def opts_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_several_cu_files_build_one_library_with_the_right_facts(opts_build):
-    from cuplug.build import artifacts, toolchain
+    from cuplug.kit import artifacts, toolchain
 
     (entry,) = json.loads((opts_build / "manifest.json").read_text())["artifacts"]
     assert (entry["variant"], entry["sass"], entry["ptx"], entry["ptx_isa"]) == (

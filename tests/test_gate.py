@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from cuplug.build import gate, rules
-from cuplug.build.process import BuildError
+from cuplug.kit import gate, rules
+from cuplug.kit.process import BuildError
 from cuplug.contract import manifest
 
 TAG = "py3-none-manylinux_2_17_x86_64"

@@ -15,7 +15,7 @@ import zipfile
 import pytest
 
 from conftest import ROOT, build_shared_library
-from cuplug.build import gate, glibc, rules, wheel
+from cuplug.kit import gate, glibc, rules, wheel
 
 HEADER = ROOT / "backends" / "include" / "cuplug" / "glibc_floor.h"
 TWIN = r"""
@@ -60,7 +60,7 @@ def test_the_header_and_the_gate_pin_the_same_symbols():
 
 @pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
 def test_the_pins_are_the_pinned_sysroots_own_table(arch):
-    from cuplug.build import toolchain
+    from cuplug.kit import toolchain
 
     try:
         root = toolchain.install_sysroot(lambda *_: None, arch)

@@ -74,7 +74,7 @@ def test_schema_rejects_a_wrong_document(doctor_schema):
 
 
 def _cuobjdump_facts(so: Path) -> dict:
-    from cuplug.build import toolchain
+    from cuplug.kit import toolchain
 
     tc = toolchain.install(so.parent.parent.name, lambda _msg: None)  # cached by build_backends
     listing = subprocess.run(

@@ -32,7 +32,7 @@ LOAD = (
 
 def _renamed_wheel(src: Path, out_dir: Path) -> Path:
     """cuplug_cuda13-*.whl as cuplug_cuda14: paths, METADATA, entry point, manifest, RECORD."""
-    from cuplug.build.wheelfile import record_line
+    from cuplug.kit.wheelfile import record_line
 
     old, new = "cuplug_cuda13", "cuplug_cuda14"
     files: dict[str, bytes] = {}

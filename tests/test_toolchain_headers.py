@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cuplug.build import toolchain
+from cuplug.kit import toolchain
 
 # CUB_VERSION/THRUST_VERSION each toolchain's lock pins: CCCL 2.3.2 is CUDA 12.4.1's, 3.0.1 is 13.0.2's.
 EXPECTED_CCCL = {"cuda12": 200302, "cuda13": 300001}

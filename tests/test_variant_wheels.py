@@ -70,7 +70,7 @@ def _art(variant: str, sass: list[str], ptx: list[str], min_driver: int):
 
 
 def test_properties_and_plan_come_from_the_manifest():
-    from cuplug.build import variants
+    from cuplug.kit import variants
 
     arts = [
         _art("fatbin", ["sm_75", "sm_80", "sm_90"], ["compute_90"], 12000),
@@ -100,8 +100,8 @@ def test_properties_and_plan_come_from_the_manifest():
     ],
 )
 def test_split_label_follows_pep825_grammar(name, base, label):
-    from cuplug.build import variants
-    from cuplug.build.gate import wheel_tags
+    from cuplug.kit import variants
+    from cuplug.kit.gate import wheel_tags
 
     assert variants.split_label(name) == (base, label)
     assert wheel_tags(name) == ("py3", "none", ["any"])
@@ -173,7 +173,7 @@ def test_variant_check_never_raises(tmp_path):
 @needs_variant_wheels
 @pytest.mark.parametrize("major", MAJORS)
 def test_variant_set_passes_the_gate_and_pep825(major):
-    from cuplug.build import variants
+    from cuplug.kit import variants
 
     found = _variant_set(major)
     assert sorted(found, key=str) == sorted([None, *LABELS], key=str), sorted(found, key=str)
@@ -186,7 +186,7 @@ def test_variant_set_passes_the_gate_and_pep825(major):
         assert variants.validate(doc, label) == [], doc
         assert list(doc["variants"]) == [label]
     proc = subprocess.run(
-        [sys.executable, "-m", "cuplug.build", "check", *map(str, found.values())], capture_output=True, text=True
+        [sys.executable, "-m", "cuplug.kit", "check", *map(str, found.values())], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr
     index = json.loads((Path(VARIANT_WHEELS) / f"cuplug_{major}-0.1.0-variants.json").read_text())
@@ -257,7 +257,7 @@ def test_variant_properties_agree_with_cuplug_inspect(major):
 
 @needs_variant_wheels
 def test_gate_refuses_a_variant_wheel_whose_properties_lie(tmp_path):
-    from cuplug.build.gate import check_wheel
+    from cuplug.kit.gate import check_wheel
 
     src = _variant_set("cuda13")["sm80"]
     dest = tmp_path / src.name.replace("-sm80.whl", "-sm90.whl")
@@ -274,7 +274,7 @@ def test_gate_refuses_a_variant_wheel_whose_record_is_not_its_files(tmp_path, ch
     """A variant wheel's RECORD is rewritten after its label and variant.json are added: the gate compares it
     with the files, so a member altered, added or dropped after that (RECORD untouched) fails the check; an
     installer would otherwise write files whose digests nobody vouched for."""
-    from cuplug.build.gate import check_wheel
+    from cuplug.kit.gate import check_wheel
 
     src = _variant_set("cuda13")["sm80"]
     dest = tmp_path / src.name

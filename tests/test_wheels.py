@@ -36,7 +36,7 @@ def test_every_wheel_passes_the_gate():
         tags = "-cp311-abi3-" if w.name.startswith("cuplug-") else "-py3-none-"
         assert tags in w.name and "manylinux_2_17_x86_64" in w.name, w.name
     proc = subprocess.run(
-        [sys.executable, "-m", "cuplug.build", "check", *map(str, wheels)], capture_output=True, text=True
+        [sys.executable, "-m", "cuplug.kit", "check", *map(str, wheels)], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr
     assert sorted(Path(WHEELS).glob("cuplug-*.tar.gz")), "the sdist is missing"
@@ -87,7 +87,7 @@ def rpath_lib(tmp_path_factory) -> bytes:
 
 @pytest.mark.parametrize("case", ["libcuda", "libcudart", "rpath", "flipped", "linux-tag"])
 def test_gate_refuses_a_bad_wheel(case, tmp_path, rpath_lib):
-    from cuplug.build.gate import check_wheel
+    from cuplug.kit.gate import check_wheel
 
     src = _wheel("cuplug_cuda13")
     name = src.name

@@ -4,7 +4,7 @@
 #   cmake -DCMAKE_TOOLCHAIN_FILE=<this file> -DCUPLUG_CROSS_PREFIX=<dir>/aarch64-linux-gnu- ...
 #
 # CUPLUG_CROSS_PREFIX is the cross tools' path prefix (append gcc, g++): the one
-# `cuplug.build.toolchain.install_cross_compiler()` unpacked into the cache, or,
+# `cuplug.kit.toolchain.install_cross_compiler()` unpacked into the cache, or,
 # when unset, `aarch64-linux-gnu-` from PATH (Debian's crossbuild-essential-arm64).
 # Host code is compiled by the cross g++; device code by the x86_64 nvcc given as
 # CMAKE_CUDA_COMPILER (an overlay whose nvcc.profile names targets/sbsa-linux),

@@ -52,13 +52,13 @@ def selection() -> str:
 
 
 def gate() -> str:
-    from cuplug.build import gate as g
+    from cuplug.kit import gate as g
 
     rows = "\n".join(f"| {rule} | {value} |" for rule, value in g.rules_table())
     return (
         "# The shipping gate\n\n"
-        "`python -m cuplug.build check WHEEL...` (and every `nox -s wheels`) refuses a wheel or library that "
-        "breaks one of these rules (`cuplug.build.gate`).\n\n"
+        "`python -m cuplug.kit check WHEEL...` (and every `nox -s wheels`) refuses a wheel or library that "
+        "breaks one of these rules (`cuplug.kit.gate`).\n\n"
         f"| rule | allowed |\n| --- | --- |\n{rows}\n"
     )
 

@@ -41,7 +41,7 @@ def build_backends(session: nox.Session) -> None:
         session.run(
             "python",
             "-m",
-            "cuplug.build",
+            "cuplug.kit",
             "variants",
             "--cuda",
             major,
@@ -63,7 +63,7 @@ def wheels(session: nox.Session) -> None:
     session.run(
         "python",
         "-m",
-        "cuplug.build",
+        "cuplug.kit",
         "repair",
         *map(str, (ROOT / "build" / "raw").glob("quantkit-*.whl")),
         "--out",
@@ -73,7 +73,7 @@ def wheels(session: nox.Session) -> None:
         session.run(
             "python",
             "-m",
-            "cuplug.build",
+            "cuplug.kit",
             "wheel",
             "--build-dir",
             f"build/{major}",

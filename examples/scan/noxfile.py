@@ -42,7 +42,7 @@ def build_backends(session: nox.Session) -> None:
         session.run(
             "python",
             "-m",
-            "cuplug.build",
+            "cuplug.kit",
             "variants",
             "--cuda",
             major,
@@ -68,7 +68,7 @@ def wheels(session: nox.Session) -> None:
     session.run(
         "python",
         "-m",
-        "cuplug.build",
+        "cuplug.kit",
         "repair",
         *map(str, (ROOT / "build" / "raw").glob("scankit-*.whl")),
         "--out",
@@ -78,7 +78,7 @@ def wheels(session: nox.Session) -> None:
         session.run(
             "python",
             "-m",
-            "cuplug.build",
+            "cuplug.kit",
             "wheel",
             "--build-dir",
             f"build/{major}",
@@ -114,7 +114,7 @@ def variant_wheels(session: nox.Session) -> None:
         session.run(
             "python",
             "-m",
-            "cuplug.build",
+            "cuplug.kit",
             "wheel",
             "--build-dir",
             f"build/{major}",

@@ -11,7 +11,7 @@ The package, by layer (each imports only the ones above it):
 - ``cuplug.contract``: the C ABI, the CUDA compatibility facts, reason/exit codes, the manifest;
 - ``cuplug.runtime``: policy, driver probe, discovery, selection, verification, the Backend;
 - ``cuplug.tools``: the ``cuplug`` command (probe, doctor, inspect, warmup, new-backend);
-- ``cuplug.build``: the build kit (toolchains, variants, wheels and their gate).
+- ``cuplug.kit``: the build kit (toolchains, variants, wheels and their gate).
 """
 
 from __future__ import annotations

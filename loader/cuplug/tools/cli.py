@@ -230,7 +230,7 @@ def _load_for_doctor(backend_name: str) -> tuple[Any, dict[str, Any]]:
 
 
 def cmd_new_backend(args: argparse.Namespace) -> int:
-    from ..build import scaffold
+    from ..kit import scaffold
 
     try:
         dest = Path(args.dir or (args.package or args.name)).resolve()
@@ -334,7 +334,7 @@ def cmd_warmup(args: argparse.Namespace) -> int:
 
 class _CMakeDir(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        from ..build.resources import cmake_dir
+        from ..kit.resources import cmake_dir
 
         print(cmake_dir())
         parser.exit(0)

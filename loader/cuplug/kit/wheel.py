@@ -86,7 +86,7 @@ def build_backend_wheel(
         f"Summary: {summary or name}\nRequires-Python: >=3.10\nRequires-Dist: {requires}\n"
     ).encode()
     files[f"{dist}.dist-info/WHEEL"] = (
-        f"Wheel-Version: 1.0\nGenerator: cuplug.build.wheel\nRoot-Is-Purelib: false\nTag: {tag}\n"
+        f"Wheel-Version: 1.0\nGenerator: cuplug.kit.wheel\nRoot-Is-Purelib: false\nTag: {tag}\n"
     ).encode()
     files[f"{dist}.dist-info/entry_points.txt"] = f"[{manifest.ENTRY_POINT_GROUP}]\n{package} = {package}\n".encode()
     record_name = f"{dist}.dist-info/RECORD"

@@ -1,6 +1,6 @@
 """Variant wheels (PEP 825 package format, PEP 850 providers): one small wheel per GPU architecture.
 
-From one build directory (``python -m cuplug.build variants``'s output) this
+From one build directory (``python -m cuplug.kit variants``'s output) this
 writes, beside today's all-variant wheel:
 
 * one variant wheel per *dedicated* SASS artifact of the manifest (exactly one
@@ -222,7 +222,7 @@ def build_variant_wheels(
         if found.problems:
             raise manifest.ManifestError(found.problems[0])
     except manifest.ManifestError as exc:
-        raise VariantError(f"{exc}; run `python -m cuplug.build variants` first") from exc
+        raise VariantError(f"{exc}; run `python -m cuplug.kit variants` first") from exc
     out_dir.mkdir(parents=True, exist_ok=True)
     made: list[Path] = []
     docs = []

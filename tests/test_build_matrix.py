@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from cuplug.kit import artifacts, gate
 from cuplug.contract import fatbin
 from cuplug.contract.elfarch import host_arch
+from cuplug.kit import artifacts, gate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -241,8 +241,9 @@ def test_the_kits_old_name_is_an_alias_of_it():
     import subprocess
     import sys
 
-    import cuplug.build
     import cuplug.build.gate
+
+    import cuplug.build
     import cuplug.kit.gate
     from cuplug.build import toolchain
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from cuplug.contract import manifest
 from cuplug.kit import gate, rules
 from cuplug.kit.process import BuildError
-from cuplug.contract import manifest
 
 TAG = "py3-none-manylinux_2_17_x86_64"
 

@@ -10,8 +10,11 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 CUPLUG_TEST_WHEELS="$ROOT/dist" XLA_PYTHON_CLIENT_PREALLOCATE=false
 python3 -c "import torch, cupy, cuplug; print('torch', torch.__version__, 'cupy', cupy.__version__)" | tee -a "$OUT/run.log"
 cd /tmp || exit 1
-timeout ${TEST_TIMEOUT:-240} python3 -m pytest "$ROOT/tests/test_gpu_torch_ops.py" "$ROOT/tests/test_gpu_v2.py" \
-  "$ROOT/tests/test_gpu_jax_ops.py" "$ROOT/tests/test_fastcall.py" "$ROOT/tests/test_gpu.py" \
+# TEST_FILES: the GPU test files to run (default: all of them); RUNS: the benchmark's runs; WHOLE=0, PARTS=0 skip
+# the whole-path run and the parts (a short call).
+TEST_FILES=${TEST_FILES:-tests/test_gpu_torch_ops.py tests/test_gpu_v2.py tests/test_gpu_jax_ops.py tests/test_fastcall.py tests/test_gpu.py}
+# shellcheck disable=SC2046  # a list of files
+timeout ${TEST_TIMEOUT:-240} python3 -m pytest $(for f in $TEST_FILES; do echo "$ROOT/$f"; done) \
   -k "${TESTS_K:-not test_gpu.py or auto_selection or wrong_sass}" \
   -p no:cacheprovider --rootdir="$ROOT" -c "$ROOT/pyproject.toml" -q -rfE --maxfail=30 -o addopts="" \
   --junitxml="$OUT/gpu-junit.xml" 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
@@ -22,10 +25,11 @@ for run in ${RUNS:-1 2}; do
   python3 "$ROOT/bench/dispatch_report.py" "$OUT/dispatch-run$run.json" "/tmp/report$run" | tee -a "$OUT/run.log"
 done
 # the whole path alone (CUPLUG_FASTPATH=0: Backend.run without its C dispatcher), then where the time goes
-CUPLUG_FASTPATH=0 timeout 200 python3 -m pytest "$ROOT/bench/bench_dispatch.py" -p no:cacheprovider --rootdir="$ROOT" -q \
+[ "${WHOLE:-1}" = 1 ] && CUPLUG_FASTPATH=0 timeout 200 python3 -m pytest "$ROOT/bench/bench_dispatch.py" -p no:cacheprovider --rootdir="$ROOT" -q \
   -o addopts="" -k "per_call" --benchmark-json="$OUT/dispatch-whole-path.json" --benchmark-columns=median,iqr,min,rounds 2>&1 \
   | tail -20 >> "$OUT/run.log"
-timeout 120 python3 "$ROOT/bench/dispatch_parts.py" 5000 --cuda > "$OUT/parts-cuda.json"; tail -c 1500 "$OUT/parts-cuda.json"
+[ "${PARTS:-1}" = 1 ] && timeout 120 python3 "$ROOT/bench/dispatch_parts.py" 5000 --cuda > "$OUT/parts-cuda.json" \
+  && tail -c 1500 "$OUT/parts-cuda.json"
 # what each CUDA call of a backend call costs the host (nvcc of the machine's image; COSTS=1)
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 [ -n "$COSTS" ] && "$NVCC" -O2 -o /tmp/costs "$ROOT/bench/cuda_call_costs.cu" -lcuda && /tmp/costs 20000 | tee "$OUT/cuda-call-costs.json"

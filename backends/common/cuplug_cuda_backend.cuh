@@ -686,30 +686,7 @@ int check_device_tensor(cuplug_backend* h, const char* op, const char* what, con
                    "%s: %s says cuda:%d, but its memory %p belongs to cuda:%d, and this backend instance runs on "
                    "cuda:%d; copy the tensor to cuda:%d or use an instance created for device %d",
                    op, what, (int)t.device_id, t.data, a.device, dev, dev, a.device);
-  if (g_driver.pointer_get_attributes == nullptr) return CUPLUG_OK;  // no driver entry points: as far as we can see
-  CUcontext ctx = nullptr;
-  CUdeviceptr start = 0;
-  size_t size = 0;
-  CUpointer_attribute which[3] = {CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                                  CU_POINTER_ATTRIBUTE_RANGE_SIZE};
-  void* values[3] = {&ctx, &start, &size};
-  if (g_driver.pointer_get_attributes(3, which, values, (CUdeviceptr)(uintptr_t)t.data) != CUDA_SUCCESS)
-    return CUPLUG_OK;  // unknown to the driver's query: the runtime's answer above stands
-  // Managed memory is valid in every context; device memory only in its own.
-  // (Memory of the virtual memory API, cuMemCreate/cuMemMap, has no context: NULL.)
-  if (a.type == cudaMemoryTypeDevice && ctx != nullptr && h->context != nullptr && ctx != h->context)
-    return h->fail(CUPLUG_E_WRONG_DEVICE,
-                   "%s: %s (%p) is memory of another CUDA context on cuda:%d, not of the runtime's primary context "
-                   "that this backend (like PyTorch and CuPy) uses; allocate it in the primary context (cudaMalloc, "
-                   "torch, cupy) or copy it there first",
-                   op, what, t.data, dev);
-  const uintptr_t p = (uintptr_t)t.data, base = (uintptr_t)start;
-  if (size > 0 && (p < base || p - base > size || (unsigned long long)bytes > size - (p - base)))
-    return h->fail(CUPLUG_E_INVALID_ARGUMENT,
-                   "%s: %s needs %lld bytes at %p, but its allocation is %zu bytes at %p: the tensor runs past "
-                   "the end of its memory",
-                   op, what, bytes, t.data, size, (void*)(uintptr_t)start);
-  return CUPLUG_OK;
+  return CUPLUG_OK;  // no driver entry point for the context and range: as far as the runtime can see
 }
 
 // ---- host staging --------------------------------------------------------------

@@ -83,7 +83,7 @@ def build_backend_wheel(
         files[f"{package}/{artifact.file}"] = path.read_bytes()
     files[f"{dist}.dist-info/METADATA"] = (
         f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-        f"Summary: {summary or name}\nRequires-Python: >=3.10\nRequires-Dist: {requires}\n"
+        f"Summary: {summary or name}\nRequires-Python: >=3.11\nRequires-Dist: {requires}\n"
     ).encode()
     files[f"{dist}.dist-info/WHEEL"] = (
         f"Wheel-Version: 1.0\nGenerator: cuplug.kit.wheel\nRoot-Is-Purelib: false\nTag: {tag}\n"

@@ -61,10 +61,16 @@ static PyObject* torch_dtype_objs[MAX_DTYPES];
 static int torch_dtype_rows[MAX_DTYPES];
 static int n_torch_dtypes;
 static PyObject* torch_raw_stream; /* torch._C._cuda_getCurrentRawStream */
+static PyObject* torch_mode_on;    /* torch._C._is_torch_function_mode_enabled: a mode runs code in the accessors */
+/* PyTorch's own accessors, from its C base class (operands.TorchReader): never an instance's attribute */
+enum { G_LAYOUT, G_IS_NESTED, G_DTYPE, G_REQUIRES_GRAD, G_IS_CUDA, G_IS_CPU, G_SHAPE, N_GETSETS };
+enum { M_IS_NEG, M_IS_CONTIGUOUS, M_GET_DEVICE, M_DATA_PTR, N_METHODS };
+static PyObject* torch_getsets[N_GETSETS];
+static PyObject* torch_methods[N_METHODS];
+static descrgetfunc getset_get; /* tp_descr_get of PyTorch's getset descriptors */
 static PyObject* resident_type;    /* cuplug.runtime.api.Tensor */
 
-static PyObject *s_layout, *s_is_nested, *s_dtype, *s_is_neg, *s_is_conj, *s_requires_grad, *s_is_contiguous,
-    *s_is_cuda, *s_is_cpu, *s_get_device, *s_shape, *s_data_ptr, *s_backend, *s_dead, *s_fast, *s_out, *s_stream,
+static PyObject *s_backend, *s_life, *s_fast, *s_out, *s_stream,
     *s_acquire, *s_release, *s_closed, *s_handle, *s_forked_from, *s_check, *s_item, *s_lock;
 
 /* ---- one operand as read ---- */
@@ -79,20 +85,21 @@ typedef struct {
 
 static PyObject* attr(PyObject* obj, PyObject* name) { return PyObject_GetAttr(obj, name); }
 
-/* A method's result is `want` (Py_True/Py_False): 1; anything else, an error included: 0 (error cleared). */
-static int method_is(PyObject* obj, PyObject* name, PyObject* want) {
-    PyObject* r = PyObject_CallMethodObjArgs(obj, name, NULL);
+
+static PyObject* tget(int i, PyObject* x) { return getset_get(torch_getsets[i], x, (PyObject*)Py_TYPE(x)); }
+static PyObject* tcall(int i, PyObject* x) { return PyObject_CallFunctionObjArgs(torch_methods[i], x, NULL); }
+
+static int tget_is(int i, PyObject* x, PyObject* want) {
+    PyObject* r = tget(i, x);
     int ok = r == want;
     Py_XDECREF(r);
-    if (!r) PyErr_Clear();
     return ok;
 }
 
-static int attr_is(PyObject* obj, PyObject* name, PyObject* want) {
-    PyObject* r = attr(obj, name);
+static int tcall_is(int i, PyObject* x, PyObject* want) {
+    PyObject* r = tcall(i, x);
     int ok = r == want;
     Py_XDECREF(r);
-    if (!r) PyErr_Clear();
     return ok;
 }
 
@@ -129,14 +136,15 @@ static int shape_from_tuple(PyObject* t, operand* o) {
     return 1;
 }
 
-/* operands.from_torch, for exact torch.Tensor / Parameter: 1 when every check passes. */
+/* operands.from_torch, for exact torch.Tensor / Parameter: 1 when every check passes. PyTorch's accessors are
+ * its C base class's (set_torch): no instance attribute answers, and no Python code of anyone's runs. */
 static int read_torch(PyObject* x, int writable, operand* o) {
     o->kind = K_TORCH;
-    PyObject* v = attr(x, s_layout);
+    PyObject* v = tget(G_LAYOUT, x);
     int strided = v && v == torch_strided;
     Py_XDECREF(v);
-    if (!strided || !attr_is(x, s_is_nested, Py_False)) goto fail;
-    v = attr(x, s_dtype);
+    if (!strided || !tget_is(G_IS_NESTED, x, Py_False)) goto fail;
+    v = tget(G_DTYPE, x);
     o->dt = -1;
     for (int i = 0; v && i < n_torch_dtypes; i++)
         if (torch_dtype_objs[i] == v) o->dt = torch_dtype_rows[i];
@@ -145,27 +153,27 @@ static int read_torch(PyObject* x, int writable, operand* o) {
     /* A lazily negated view (torch._neg_view) of any dtype is refused. The conjugate bit needs no look: no dtype
      * here is complex, and the conjugate of a real number is itself (PyTorch's conj() of a real tensor returns
      * the tensor unflagged; were a flag set, the bytes would still mean what they say). */
-    if (!method_is(x, s_is_neg, Py_False)) goto fail;
-    if (writable && !attr_is(x, s_requires_grad, Py_False)) goto fail;
-    if (!method_is(x, s_is_contiguous, Py_True)) goto fail;
-    v = attr(x, s_is_cuda);
+    if (!tcall_is(M_IS_NEG, x, Py_False)) goto fail;
+    if (writable && !tget_is(G_REQUIRES_GRAD, x, Py_False)) goto fail;
+    if (!tcall_is(M_IS_CONTIGUOUS, x, Py_True)) goto fail;
+    v = tget(G_IS_CUDA, x);
     if (v == Py_True) {
         Py_DECREF(v);
-        PyObject* idx = PyObject_CallMethodObjArgs(x, s_get_device, NULL);
+        PyObject* idx = tcall(M_GET_DEVICE, x);
         long long i = idx && PyLong_CheckExact(idx) ? PyLong_AsLongLong(idx) : -1;
         Py_XDECREF(idx);
         if (i < 0 || i >= (1LL << 31)) goto fail;
         o->dev_type = CUPLUG_DEVICE_CUDA, o->dev_id = (int)i;
     } else {
         Py_XDECREF(v);
-        if (v != Py_False || !attr_is(x, s_is_cpu, Py_True)) goto fail;
+        if (v != Py_False || !tget_is(G_IS_CPU, x, Py_True)) goto fail;
         o->dev_type = CUPLUG_DEVICE_CPU, o->dev_id = 0;
     }
-    v = attr(x, s_shape);
+    v = tget(G_SHAPE, x);
     int shaped = v && PyTuple_Check(v) && shape_from_tuple(v, o);
     Py_XDECREF(v);
     if (!shaped || !byte_size(o)) goto fail;
-    v = PyObject_CallMethodObjArgs(x, s_data_ptr, NULL);
+    v = tcall(M_DATA_PTR, x);
     if (!v || !PyLong_CheckExact(v)) {
         Py_XDECREF(v);
         goto fail;
@@ -206,13 +214,22 @@ static int read_ndarray(PyObject* x, int writable, operand* o) {
     return span_ok(o);
 }
 
+/* A resident tensor's memory still lives: its `_life` list (shared with its finalizer) says None. */
+static int resident_alive(PyObject* x) {
+    PyObject* life = attr(x, s_life);
+    int alive = life && PyList_CheckExact(life) && PyList_Size(life) == 1 && PyList_GetItem(life, 0) == Py_None;
+    Py_XDECREF(life);
+    if (!alive) PyErr_Clear();
+    return alive;
+}
+
 /* Tensor._arg: a live resident tensor of this backend, described once by Python (`_fast`). */
 static int read_resident(PyObject* x, PyObject* backend, operand* o) {
     o->kind = K_RESIDENT;
     PyObject* b = attr(x, s_backend);
     int mine = b && b == backend;
     Py_XDECREF(b);
-    if (!mine || !attr_is(x, s_dead, Py_None)) goto fail;
+    if (!mine || !resident_alive(x)) goto fail;
     PyObject* f = attr(x, s_fast); /* (addr, dtype row, device type, device id, shape) */
     int ok = f && PyTuple_CheckExact(f) && PyTuple_Size(f) == 5;
     if (ok) {
@@ -400,7 +417,8 @@ typedef struct {
     PyObject* stream;  /* borrowed, or NULL */
     kwattr kw[MAX_ATTRS];
     int n_kw;
-    PyObject* outs[MAX_OPERANDS]; /* borrowed: the out= objects */
+    PyObject* outs[MAX_OPERANDS]; /* the out= objects, held by out (or out_list for a list, a snapshot) */
+    PyObject* out_list;           /* owned: a tuple of an out= list's items, taken before anything is read */
     operand ops[2 * MAX_OPERANDS];
     uint64_t launch; /* NO_STREAM: the instance's */
     uint64_t key;
@@ -408,6 +426,7 @@ typedef struct {
 
 /* Splits a call into op, operands, out=, stream= and attributes; 0 when it is none the fast path takes. */
 static int parse_call(PyObject* args, PyObject* kwargs, call_state* c) {
+    c->out_list = NULL;
     Py_ssize_t n = PyTuple_Size(args);
     if (n < 1 || n - 1 > MAX_OPERANDS) return 0;
     c->op = PyTuple_GetItem(args, 0);
@@ -432,11 +451,16 @@ static int parse_call(PyObject* args, PyObject* kwargs, call_state* c) {
     c->n_out = 0;
     if (c->out) {
         if (PyTuple_CheckExact(c->out) || PyList_CheckExact(c->out)) {
-            int tup = PyTuple_CheckExact(c->out);
-            c->n_out = tup ? PyTuple_Size(c->out) : PyList_Size(c->out);
+            /* a list's items are held by a tuple of our own: code that ran while an operand is read could not
+             * empty the list under us (the whole path takes list(out) first too) */
+            PyObject* items = PyTuple_CheckExact(c->out) ? c->out : (c->out_list = PySequence_Tuple(c->out));
+            if (!items) {
+                PyErr_Clear();
+                return 0;
+            }
+            c->n_out = PyTuple_Size(items);
             if (c->n_out < 1 || c->n_out > MAX_OPERANDS) return 0;
-            for (Py_ssize_t i = 0; i < c->n_out; i++)
-                c->outs[i] = tup ? PyTuple_GetItem(c->out, i) : PyList_GetItem(c->out, i);
+            for (Py_ssize_t i = 0; i < c->n_out; i++) c->outs[i] = PyTuple_GetItem(items, i);
         } else {
             c->n_out = 1;
             c->outs[0] = c->out;
@@ -461,6 +485,26 @@ static int read_operands(Dispatcher* d, call_state* c, PyObject* args) {
     if (!backend || backend == Py_None) {
         PyErr_Clear();
         return 0;
+    }
+    if (torch_mode_on) { /* a TorchFunctionMode would answer PyTorch's accessors with its own code: the whole path */
+        int torch_seen = 0;
+        for (Py_ssize_t k = 0; k < c->n_in && !torch_seen; k++) {
+            PyObject* t = (PyObject*)Py_TYPE(PyTuple_GetItem(args, k + 1));
+            torch_seen = t == torch_types[0] || t == torch_types[1];
+        }
+        for (int k = 0; k < c->n_out && !torch_seen; k++) {
+            PyObject* t = (PyObject*)Py_TYPE(c->outs[k]);
+            torch_seen = t == torch_types[0] || t == torch_types[1];
+        }
+        if (torch_seen) {
+            PyObject* on = PyObject_CallNoArgs(torch_mode_on);
+            int off = on == Py_False;
+            Py_XDECREF(on);
+            if (!off) {
+                PyErr_Clear();
+                return 0;
+            }
+        }
     }
     int i = 0;
     for (; i < c->n_in; i++)
@@ -584,7 +628,7 @@ static void* live_handle(Dispatcher* d, call_state* c, int n_ops) {
     Py_XDECREF(handle);
     Py_XDECREF(forked);
     for (int i = 0; h && i < n_ops; i++)
-        if (c->ops[i].kind == K_RESIDENT && !attr_is(c->ops[i].obj, s_dead, Py_None)) h = NULL;
+        if (c->ops[i].kind == K_RESIDENT && !resident_alive(c->ops[i].obj)) h = NULL;
     if (!h) PyErr_Clear();
     return h;
 }
@@ -674,9 +718,9 @@ static PyObject* given_outputs(call_state* c) {
         Py_INCREF(c->outs[0]);
         return c->outs[0];
     }
-    if (PyList_CheckExact(c->out)) return PyList_AsTuple(c->out);
-    Py_INCREF(c->out);
-    return c->out;
+    PyObject* items = c->out_list ? c->out_list : c->out; /* a list's snapshot: what was written */
+    Py_INCREF(items);
+    return items;
 }
 
 /* Allocated outputs: .item() of a scalar one (a host call's Python number), one or a tuple of them. */
@@ -701,9 +745,17 @@ static PyObject* made_outputs(FastPlan* p, PyObject** made, int n) {
     return r;
 }
 
+static PyObject* dispatch(Dispatcher* d, call_state* c, PyObject* args, PyObject* kwargs);
+
 static PyObject* Dispatcher_call(PyObject* self, PyObject* args, PyObject* kwargs) {
-    Dispatcher* d = (Dispatcher*)self;
     call_state c;
+    PyObject* r = dispatch((Dispatcher*)self, &c, args, kwargs);
+    Py_XDECREF(c.out_list);
+    return r;
+}
+
+static PyObject* dispatch(Dispatcher* d, call_state* cs, PyObject* args, PyObject* kwargs) {
+#define c (*cs)
     if (!parse_call(args, kwargs, &c) || !read_operands(d, &c, args)) return go_slow(d, args, kwargs);
     int n_read = (int)(c.n_in + c.n_out);
     cuplug_attr attrs[MAX_ATTRS];
@@ -740,6 +792,7 @@ static PyObject* Dispatcher_call(PyObject* self, PyObject* args, PyObject* kwarg
     PyObject* result = c.out ? given_outputs(&c) : made_outputs(p, made, n_made);
     Py_DECREF((PyObject*)p);
     return result;
+#undef c
 }
 
 /* ---- learn: a call Backend.run has just made, kept for the fast path ---- */
@@ -756,6 +809,7 @@ static int spec_from_py(PyObject* row, operand* o) { /* (dtype row, device type,
 
 static PyObject* learn_fail(call_state* c, int n, FastPlan* p) {
     release_operands(c->ops, n);
+    Py_CLEAR(c->out_list);
     Py_XDECREF((PyObject*)p);
     if (PyErr_Occurred()) return NULL;
     Py_RETURN_FALSE;
@@ -763,8 +817,18 @@ static PyObject* learn_fail(call_state* c, int n, FastPlan* p) {
 
 /* learn(args, kwargs, facts): facts = (op bytes, elementwise, input specs, output specs, attribute rows,
  * given attributes, makers or None, scalar flags); see runtime/fastpath.py. True when kept. */
+static PyObject* learn(Dispatcher* d, call_state* cs, PyObject* a);
+
 static PyObject* Dispatcher_learn(PyObject* self, PyObject* a) {
-    Dispatcher* d = (Dispatcher*)self;
+    call_state c;
+    c.out_list = NULL;
+    PyObject* r = learn((Dispatcher*)self, &c, a);
+    Py_CLEAR(c.out_list);
+    return r;
+}
+
+static PyObject* learn(Dispatcher* d, call_state* cs, PyObject* a) {
+#define c (*cs)
     PyObject *args, *kwargs, *facts;
     if (!PyArg_ParseTuple(a, "O!OO!", &PyTuple_Type, &args, &kwargs, &PyTuple_Type, &facts)) return NULL;
     if (kwargs == Py_None) kwargs = NULL;
@@ -777,8 +841,14 @@ static PyObject* Dispatcher_learn(PyObject* self, PyObject* a) {
                           &PyTuple_Type, &out_specs, &PyTuple_Type, &attr_rows, &PyTuple_Type, &given, &makers,
                           &PyTuple_Type, &scalars))
         return NULL;
-    call_state c;
-    if (!parse_call(args, kwargs, &c) || !read_operands(d, &c, args)) Py_RETURN_FALSE;
+    if (!parse_call(args, kwargs, &c)) Py_RETURN_FALSE;
+    Py_ssize_t name_len = 0;
+    const char* name = PyUnicode_AsUTF8AndSize(c.op, &name_len);  /* the facts are of this very op */
+    if (!name || name_len != PyBytes_Size(op_bytes) || memcmp(name, PyBytes_AsString(op_bytes), (size_t)name_len)) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    if (!read_operands(d, &c, args)) Py_RETURN_FALSE;
     int n_read = (int)(c.n_in + c.n_out);
     if (!framework_launch(d, &c)) return learn_fail(&c, n_read, NULL);
     for (int i = 0; i < n_read; i++) /* a resident operand on a caller's stream: the whole path orders it */
@@ -863,6 +933,7 @@ static PyObject* Dispatcher_learn(PyObject* self, PyObject* a) {
     Py_DECREF((PyObject*)p);
     if (rc < 0) return NULL;
     Py_RETURN_TRUE;
+#undef c
 }
 
 static PyObject* Dispatcher_stats(PyObject* self, PyObject* unused) {
@@ -976,16 +1047,34 @@ static PyObject* fc_set_numpy(PyObject* m, PyObject* ndarray) {
     Py_RETURN_NONE;
 }
 
-/* set_torch(Tensor, Parameter, strided, ((torch dtype, row), ...), raw stream function or None) */
+/* set_torch(Tensor, Parameter, strided, ((torch dtype, row), ...), raw stream function or None, getsets, methods,
+ * mode test): getsets and methods are PyTorch's own descriptors in the order of G_* and M_* (operands.TorchReader's);
+ * the mode test is torch._C._is_torch_function_mode_enabled (a mode sends the call to the whole path). */
 static PyObject* fc_set_torch(PyObject* m, PyObject* a) {
     (void)m;
-    PyObject *tensor, *param, *strided, *pairs, *raw;
-    if (!PyArg_ParseTuple(a, "OOOO!O", &tensor, &param, &strided, &PyTuple_Type, &pairs, &raw)) return NULL;
-    Py_ssize_t n = PyTuple_Size(pairs);
-    if (n > MAX_DTYPES) {
-        PyErr_SetString(PyExc_ValueError, "set_torch: more dtypes than the fast path holds");
+    PyObject *tensor, *param, *strided, *pairs, *raw, *getsets, *methods, *mode_on;
+    if (!PyArg_ParseTuple(a, "OOOO!OO!O!O", &tensor, &param, &strided, &PyTuple_Type, &pairs, &raw, &PyTuple_Type,
+                          &getsets, &PyTuple_Type, &methods, &mode_on))
+        return NULL;
+    if (!PyCallable_Check(mode_on)) {
+        PyErr_SetString(PyExc_TypeError, "set_torch: the torch-function-mode test is not callable");
         return NULL;
     }
+    Py_ssize_t n = PyTuple_Size(pairs);
+    if (n > MAX_DTYPES || PyTuple_Size(getsets) != N_GETSETS || PyTuple_Size(methods) != N_METHODS) {
+        PyErr_SetString(PyExc_ValueError, "set_torch: dtypes or accessors the fast path does not hold");
+        return NULL;
+    }
+    descrgetfunc get = (descrgetfunc)PyType_GetSlot(Py_TYPE(PyTuple_GetItem(getsets, 0)), Py_tp_descr_get);
+    if (!get) {
+        PyErr_SetString(PyExc_TypeError, "set_torch: PyTorch's accessors are not descriptors");
+        return NULL;
+    }
+    for (int i = 0; i < N_GETSETS; i++)
+        if (PyType_GetSlot(Py_TYPE(PyTuple_GetItem(getsets, i)), Py_tp_descr_get) != (void*)get) {
+            PyErr_SetString(PyExc_TypeError, "set_torch: PyTorch's accessors are not of one descriptor type");
+            return NULL;
+        }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject* obj;
         int row;
@@ -993,11 +1082,15 @@ static PyObject* fc_set_torch(PyObject* m, PyObject* a) {
         set_ref(&torch_dtype_objs[i], obj);
         torch_dtype_rows[i] = row;
     }
+    for (int i = 0; i < N_GETSETS; i++) set_ref(&torch_getsets[i], PyTuple_GetItem(getsets, i));
+    for (int i = 0; i < N_METHODS; i++) set_ref(&torch_methods[i], PyTuple_GetItem(methods, i));
+    getset_get = get;
     n_torch_dtypes = (int)n;
     set_ref(&torch_types[0], tensor);
     set_ref(&torch_types[1], param);
     set_ref(&torch_strided, strided);
     set_ref(&torch_raw_stream, raw == Py_None ? NULL : raw);
+    set_ref(&torch_mode_on, mode_on);
     Py_RETURN_NONE;
 }
 
@@ -1016,10 +1109,7 @@ static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_fastcall",
     if (!(var = PyUnicode_InternFromString(text))) return NULL;
 
 PyMODINIT_FUNC PyInit__fastcall(void) {
-    INTERN(s_layout, "layout") INTERN(s_is_nested, "is_nested") INTERN(s_dtype, "dtype") INTERN(s_is_neg, "is_neg")
-    INTERN(s_is_conj, "is_conj") INTERN(s_requires_grad, "requires_grad") INTERN(s_is_contiguous, "is_contiguous")
-    INTERN(s_is_cuda, "is_cuda") INTERN(s_is_cpu, "is_cpu") INTERN(s_get_device, "get_device")
-    INTERN(s_shape, "shape") INTERN(s_data_ptr, "data_ptr") INTERN(s_backend, "backend") INTERN(s_dead, "_dead")
+    INTERN(s_backend, "backend") INTERN(s_life, "_life")
     INTERN(s_fast, "_fast") INTERN(s_out, "out") INTERN(s_stream, "stream") INTERN(s_acquire, "acquire")
     INTERN(s_release, "release") INTERN(s_closed, "closed") INTERN(s_handle, "handle")
     INTERN(s_forked_from, "forked_from") INTERN(s_check, "_check") INTERN(s_item, "item") INTERN(s_lock, "lock")

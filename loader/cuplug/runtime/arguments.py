@@ -79,9 +79,7 @@ def read(self: Backend, obj: Any, name: str, writable: bool, handshake: int | No
     torch = sys.modules.get("torch")
     if torch is not None and kind in _torch_exact(torch):  # its own accessors (torch's __dlpack__ costs
         # microseconds a call); a subclass, whose accessors may be anyone's, goes through DLPack
-        if obj.layout is not torch.strided or obj.is_nested:
-            raise InvalidInputError(f"{name}: a PyTorch tensor of layout {obj.layout}: pass a dense one (x.to_dense())")
-        arg = operands.from_torch(obj, name, writable)
+        arg = operands.from_torch(obj, name, writable)  # (its layout first: PyTorch's own accessors, TorchReader)
         if not arg.host:
             on_this_device(self, arg.device[1], name)
         return arg

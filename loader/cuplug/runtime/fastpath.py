@@ -89,13 +89,25 @@ def _teach_frameworks(mod: Any) -> None:
     torch = sys.modules.get("torch")
     tensor = getattr(torch, "Tensor", None)
     if _state.get("torch") is not torch and isinstance(tensor, type) and hasattr(torch, "strided"):
-        from .operands import torch_dtypes
+        from .operands import torch_dtypes, torch_reader
 
+        _state["torch"] = torch
+        reader = torch_reader(torch)
+        if not reader.native:  # a stand-in without PyTorch's C accessors: the whole path reads it
+            return
         param = getattr(getattr(torch, "nn", None), "Parameter", None)
         raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
         pairs = tuple((tdt, ROW[d]) for tdt, d in torch_dtypes(torch).items())
-        mod.set_torch(tensor, param if isinstance(param, type) else tensor, torch.strided, pairs, raw)
-        _state["torch"] = torch
+        getsets = tuple(
+            reader.getsets[n] for n in ("layout", "is_nested", "dtype", "requires_grad", "is_cuda", "is_cpu", "shape")
+        )
+        methods = tuple(reader.methods[n] for n in ("is_neg", "is_contiguous", "get_device", "data_ptr"))
+        mode_on = getattr(torch._C, "_is_torch_function_mode_enabled", None)
+        if not callable(mode_on):  # a PyTorch that cannot say: the whole path reads its tensors (modes off there)
+            return
+        mod.set_torch(
+            tensor, param if isinstance(param, type) else tensor, torch.strided, pairs, raw, getsets, methods, mode_on
+        )
 
 
 def _spec(dt: dtypes.DType, device: tuple[int, int], shape: tuple[int, ...]) -> tuple[int, int, int, tuple[int, ...]]:

@@ -55,9 +55,12 @@ class _Core:
     def usable(self) -> bool:
         return self.handle is not None and self.forked_from is None
 
-    def release(self, buffer_id: int) -> None:
-        """A tensor has gone (its last holder let go): free it, and the instance if it was the last."""
+    def release(self, buffer_id: int, life: list | None = None) -> None:
+        """A tensor has gone (its last holder let go): free it, and the instance if it was the last. ``life``: the
+        tensor's own record of it, marked "freed" first (a __del__ elsewhere may bring the tensor back)."""
         with self.lock:
+            if life is not None:
+                life[0] = life[0] or "freed"
             self.live.pop(buffer_id, None)
             if self.usable():
                 self.lib.free(self.handle, buffer_id)

@@ -250,37 +250,99 @@ def torch_dtypes(torch: Any) -> dict[Any, dtypes.DType]:
     return _TORCH_DTYPES
 
 
+class TorchReader:
+    """PyTorch's own accessors, taken once from its C base class (``torch._C.TensorBase``): a value set on a tensor
+    instance (``x.data_ptr = lambda: 0xdead``) or a patch of ``torch.Tensor`` never answers for PyTorch, and no
+    Python code of anyone's runs while an operand is read (another operand's memory cannot be freed meanwhile).
+    A stand-in module without that base class (tests) is read through plain attributes."""
+
+    GETSETS = ("dtype", "layout", "is_nested", "requires_grad", "is_cuda", "is_cpu", "device", "shape")
+    METHODS = ("is_neg", "is_conj", "is_contiguous", "get_device", "numel", "data_ptr")
+
+    def __init__(self, torch: Any) -> None:
+        c = getattr(torch, "_C", None)
+        base = getattr(c, "TensorBase", None) or getattr(c, "_TensorBase", None)
+        own = getattr(base, "__dict__", {})
+        self.native = all(n in own for n in self.GETSETS + self.METHODS)
+        self.getsets = {n: own[n] if self.native else _attr_reader(n) for n in self.GETSETS}
+        self.methods = {n: own[n] if self.native else _method_reader(n) for n in self.METHODS}
+        self.strided = getattr(torch, "strided", None)
+
+    def get(self, t: Any, name: str) -> Any:
+        d = self.getsets[name]
+        return d.__get__(t, type(t)) if self.native else d(t)
+
+    def call(self, t: Any, name: str) -> Any:
+        return self.methods[name](t)
+
+
+def _attr_reader(name: str) -> Any:
+    return lambda t: getattr(t, name)
+
+
+def _method_reader(name: str) -> Any:
+    return lambda t: getattr(t, name)()
+
+
+_TORCH_READER: dict[int, TorchReader] = {}
+
+
+def torch_reader(torch: Any) -> TorchReader:
+    """The reader of this torch module (made once per module object: a test's stand-in differs from the real)."""
+    found = _TORCH_READER.get(id(torch))
+    if found is None or found.strided is not getattr(torch, "strided", None):
+        found = _TORCH_READER[id(torch)] = TorchReader(torch)
+    return found
+
+
 def from_torch(t: Any, name: str, writable: bool) -> Arg:
     """A ``torch.Tensor``: what its DLPack export would say (data_ptr() is the first element, storage offset
-    included), with the refusals of that export: no lazily negated or conjugated view, no tensor that
-    requires grad as an output; strided ones refused as everywhere."""
+    included), with the refusals of that export: no sparse, mkldnn or nested layout, no lazily negated or
+    conjugated view, no tensor that requires grad as an output; strided ones refused as everywhere. Every fact
+    through PyTorch's own accessors (TorchReader), never the instance's."""
     import sys
 
-    dt = (_TORCH_DTYPES or torch_dtypes(sys.modules["torch"])).get(t.dtype)
+    torch = sys.modules["torch"]
+    r = torch_reader(torch)
+    off = getattr(getattr(torch, "_C", None), "DisableTorchFunction", None)
+    if r.native and off is not None:  # a TorchFunctionMode would answer (and run code) for PyTorch's accessors
+        with off():
+            return _from_torch(t, name, writable, r, torch)
+    return _from_torch(t, name, writable, r, torch)
+
+
+def _from_torch(t: Any, name: str, writable: bool, r: TorchReader, torch: Any) -> Arg:
+    layout = r.get(t, "layout")
+    if layout is not r.strided or r.get(t, "is_nested"):
+        raise InvalidInputError(f"{name}: a PyTorch tensor of layout {layout}: pass a dense one (x.to_dense())")
+    tdt = r.get(t, "dtype")
+    dt = (_TORCH_DTYPES or torch_dtypes(torch)).get(tdt)
     if dt is None:
         raise InvalidInputError(
-            f"{name}: PyTorch dtype {t.dtype} is not a dtype cuplug knows ({', '.join(dtypes.BY_NAME)})"
+            f"{name}: PyTorch dtype {tdt} is not a dtype cuplug knows ({', '.join(dtypes.BY_NAME)})"
         )
-    if t.is_neg() or t.is_conj():
+    if r.call(t, "is_neg") or r.call(t, "is_conj"):
         raise InvalidInputError(f"{name}: a lazily negated/conjugated view; pass x.resolve_neg() / x.resolve_conj()")
-    if writable and t.requires_grad:
+    if writable and r.get(t, "requires_grad"):
         raise InvalidInputError(
             f"{name}: an out= tensor that requires grad; pass one under torch.no_grad() or detach()"
         )
-    if not t.is_contiguous():
+    if not r.call(t, "is_contiguous"):
         raise not_contiguous(name)
-    device = t.device
+    device = r.get(t, "device")
     if device.type == "cuda":
         where = (dtypes.DEVICE_CUDA, device.index or 0)
     elif device.type == "cpu":
         where = (dtypes.DEVICE_CPU, 0)
     else:
         raise InvalidInputError(f"{name} is on PyTorch device {device}, neither the host nor CUDA")
-    shape = tuple(t.shape)
-    nbytes = t.numel() * dt.itemsize
-    addr = t.data_ptr()
+    shape = tuple(r.get(t, "shape"))
+    nbytes = r.call(t, "numel") * dt.itemsize
+    addr = r.call(t, "data_ptr")
     check_span(addr, nbytes, name, "the tensor")
-    return Arg(addr, where, dt, shape, t, t, nbytes)
+    # the storage itself is kept for the call: another thread's x.set_(...) cannot free the bytes under it
+    keep = (t, t.untyped_storage()) if r.native else t
+    return Arg(addr, where, dt, shape, keep, t, nbytes)
 
 
 # ---- DLPack

@@ -48,15 +48,25 @@ class Tensor:
         self._core = backend._core
         self._template: Any = None
         self._exported = False
-        self._dead: str | None = None
+        # None while its memory lives, else "freed" or "closed": a list the finalizer shares, so a tensor brought
+        # back to life by a __del__ after the collector freed its memory still knows (the C dispatcher reads it too)
+        self._life: list[str | None] = [None]
         self._desc: abi.CTensor | None = None
         self._as_arg: Arg | None = None
         self._fast: tuple | None = None  # (address, dtype row, device, shape) for the C dispatcher, with _as_arg
         self._finalizer: _Finalizer | None = None  # set by _own(): only Backend.empty() owns memory
 
     def _own(self) -> None:
-        self._finalizer = _Finalizer(self, self._core.release, self.id)
+        self._finalizer = _Finalizer(self, self._core.release, self.id, self._life)
         self._core.live[self.id] = _weakref.ref(self)
+
+    @property
+    def _dead(self) -> str | None:
+        return self._life[0]
+
+    @_dead.setter
+    def _dead(self, why: str | None) -> None:
+        self._life[0] = why
 
     __copy__ = __deepcopy__ = __reduce_ex__ = __reduce__ = _no_copy
 

@@ -38,7 +38,7 @@ pytestmark = [
 ]
 
 # Runs the same in the guest and on the host: every op of the CPU twin on the same inputs.
-# ABI v2 derives each op's sample call from its signature (cuplug.tools.samples); ABI v1's ops are
+# ABI v2 derives each op's sample call from its signature (cuplug.runtime.samples); ABI v1's ops are
 # (operand count, returns a scalar). Either way the ops come from Backend.ops, never a typed list.
 OPS_SCRIPT = r"""
 import array, json, cuplug
@@ -46,7 +46,7 @@ b = cuplug.load()
 assert b.variant == "cpu", b.variant
 out = {}
 try:
-    from cuplug.tools import samples
+    from cuplug.runtime import samples
 except ImportError:
     samples = None
 for name in sorted(b.ops):

@@ -265,7 +265,7 @@ def test_the_tensor_descriptor_is_dlpacks_dltensor():
 
 def test_an_input_can_take_its_shape_from_another_and_an_attribute():
     """Per-block scales of a dequantize: checked before the call, and samples follow the rule."""
-    from cuplug.tools import samples
+    from cuplug.runtime import samples
 
     sig = signature.OpSignature(
         "dequantize",

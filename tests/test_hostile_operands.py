@@ -483,7 +483,14 @@ def test_a_lying_backend_that_loads_is_held_to_the_abi(site, fake_driver_dir, li
         "    except cuplug.CuplugError as e: out[what] = [type(e).__name__, str(e)]\n"
         "print(json.dumps(out))"
     )
-    env = env_for(liar_site, fake_driver_dir, LYING_OPS=json.dumps(ops), LYING_CALL_STATUS="7", LYING_DEVICE="cpu")
+    env = env_for(  # its self-test would reject it (its call writes nothing): the ABI's checks are what is tested
+        liar_site,
+        fake_driver_dir,
+        LYING_OPS=json.dumps(ops),
+        LYING_CALL_STATUS="7",
+        LYING_DEVICE="cpu",
+        CUPLUG_SELFTEST="0",
+    )
     got = json.loads(run_py(code, env).stdout.strip().splitlines()[-1])
     assert got["variant"] == "fatbin"
     assert got["add"][0] == "BackendError" and "returned status 7" in got["add"][1]

@@ -175,7 +175,7 @@ def test_an_op_says_whether_it_is_elementwise_and_how_large_its_samples_are():
 
 
 def test_a_sample_uses_float32_where_allowed_else_the_first_dtype():
-    """Probes and warm-ups (tools.samples) call every op with float32 where it can, so their results compare."""
+    """Probes and warm-ups (runtime.samples) call every op with float32 where it can, so their results compare."""
     sig = op(
         {
             "inputs": [

@@ -14,7 +14,7 @@ from torch.library import opcheck
 
 import cuplug
 import cuplug.torch
-from cuplug.tools.samples import sample_inputs
+from cuplug.runtime.samples import sample_inputs
 
 # What check() reports for an op that passes everything.
 PASSED = {

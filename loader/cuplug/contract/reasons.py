@@ -19,6 +19,7 @@ ARTIFACT_CORRUPT = "artifact-corrupt"
 ABI_MISMATCH = "abi-mismatch"
 LOAD_FAILED = "load-failed"
 KERNEL_IMAGE_MISSING = "kernel-image-missing"
+SELF_TEST_MISMATCH = "self-test-mismatch"
 FORCED = "forced"
 OK = "ok"
 
@@ -37,6 +38,7 @@ TABLE: tuple[tuple[str, int, str], ...] = (
     (ABI_MISMATCH, 16, "the artifact speaks another backend ABI version than this cuplug"),
     (LOAD_FAILED, 16, "dlopen, create() or ping() failed"),
     (KERNEL_IMAGE_MISSING, 17, "the artifact loaded but holds no kernel image for this GPU"),
+    (SELF_TEST_MISMATCH, 17, "the artifact loaded, but an op's sample gave another result than the CPU twin's"),
     (DISABLED, 20, "CUPLUG_DISABLE_CUDA=1 (or BACKEND_CUDA_DISABLE=1): CUDA never touched"),
 )
 ALL = tuple(code for code, _, _ in TABLE)
@@ -51,7 +53,7 @@ EXIT_KERNEL_FAILED = 17
 OTHER_EXITS: tuple[tuple[int, str], ...] = (
     (EXIT_INTERNAL, "an internal error of cuplug (a bug: please report it)"),
     (EXIT_USAGE, "bad usage or configuration (e.g. an invalid CUPLUG_* value)"),
-    (EXIT_KERNEL_FAILED, "a kernel failed or gave a wrong result"),
+    (EXIT_KERNEL_FAILED, "a kernel failed or was wrong"),
 )
 
 

@@ -36,8 +36,9 @@ _registered: dict[str, Any] = {}  # platform -> the handler library (kept loaded
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "cuplug" / "xla-ffi"
+    from ..contract.cache import cache_root
+
+    return Path(cache_root()) / "xla-ffi"
 
 
 def handler_library(jax: Any) -> Path:

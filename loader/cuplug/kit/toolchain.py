@@ -73,11 +73,10 @@ class Toolchain:
 
 
 def cache_root() -> Path:
-    """``$CUPLUG_CACHE_DIR``, else ``$XDG_CACHE_HOME/cuplug``, else ``~/.cache/cuplug``."""
-    if os.environ.get("CUPLUG_CACHE_DIR"):
-        return Path(os.environ["CUPLUG_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "cuplug"
+    """``$CUPLUG_CACHE_DIR``, else ``$XDG_CACHE_HOME/cuplug``, else ``~/.cache/cuplug`` (contract.cache's rule)."""
+    from cuplug.contract.cache import cache_root as root
+
+    return Path(root())
 
 
 def _digest(path: Path) -> str:

@@ -196,23 +196,35 @@ def _execute(trace: Trace) -> Backend:
     from .trace import Attempt
 
     dev_pref = str(trace.policy.device)
+    twins: list[Any] = []  # the CPU twin the self-tests compare with, loaded once (closed after the loop)
     with _load_lock:
-        for cand in trace.decided.to_try:
-            art = cand.artifact
+        try:
+            for cand in trace.decided.to_try:
+                art = cand.artifact
 
-            def image_of(art: Artifact | None = art) -> Verified:
-                assert art is not None  # to_try holds candidates with an artifact
-                return verify.verified(art)
+                def image_of(art: Artifact | None = art) -> Verified:
+                    assert art is not None  # to_try holds candidates with an artifact
+                    return verify.verified(art)
 
-            try:
-                result = _attempt(cand.label, image_of, dev_pref, cand, trace)
-            except ArtifactError as exc:
-                trace.attempts.append(Attempt(cand.variant, cand.cuda, exc.code, str(exc)))
-                _log("cuplug: %s rejected at load: %s (%s)", cand.label, exc, exc.code)
-                continue
-            trace.attempts.append(Attempt(cand.variant, cand.cuda, reasons.OK, "loaded"))
-            trace.served, trace.loaded = cand, result
-            return result
+                try:
+                    result = _attempt(cand.label, image_of, dev_pref, cand, trace)
+                except ArtifactError as exc:
+                    trace.attempts.append(Attempt(cand.variant, cand.cuda, exc.code, str(exc)))
+                    _log("cuplug: %s rejected at load: %s (%s)", cand.label, exc, exc.code)
+                    continue
+                mismatch = _self_test(result, cand, trace, twins)
+                if mismatch:
+                    result.close()
+                    trace.attempts.append(Attempt(cand.variant, cand.cuda, reasons.SELF_TEST_MISMATCH, mismatch))
+                    _log("cuplug: %s rejected by its self-test: %s", cand.label, mismatch)
+                    continue
+                trace.attempts.append(Attempt(cand.variant, cand.cuda, reasons.OK, "loaded"))
+                trace.served, trace.loaded = cand, result
+                return result
+        finally:
+            for twin in twins:
+                if twin is not None:
+                    twin.close()
         cpu = trace.decided.cpu
         if trace.policy.require_cuda and trace.decision_code != reasons.FORCED:
             raise BackendNotAvailable(
@@ -238,6 +250,40 @@ def _execute(trace: Trace) -> Backend:
         trace.attempts.append(Attempt("cpu", None, reasons.OK, "loaded"))
         trace.served, trace.loaded = cpu, result
         return result
+
+
+def _self_test(result: Backend, cand: Candidate, trace: Trace, twins: list[Any]) -> str | None:
+    """The candidate's numerical self-test (selftest.py) against the CPU twin; the mismatch, or None."""
+    from . import selftest, verify
+
+    if cand.cuda is None:
+        return None
+
+    def twin_of() -> Any:
+        if not twins:
+            twin = None
+            if trace.cpu is not None:
+                try:
+                    twin = _attempt("cpu", lambda: verify.verified(trace.cpu), "0", trace.decided.cpu, trace)
+                except ArtifactError as exc:
+                    _log("cuplug: the CPU twin did not load for the self-test: %s", exc)
+            twins.append(twin)
+        return twins[0]
+
+    probe = trace.probe
+    devices = probe.devices if probe is not None else ()
+    device = next((d for d in devices if d.index == trace.policy.device), None)
+    k = selftest.key(
+        device.uuid if device is not None else None,
+        probe.driver_version if probe is not None else None,
+        cand.artifact.sha256 if cand.artifact is not None else None,
+    )
+    try:
+        outcome = selftest.run(result, twin_of, cand.label, k, trace.policy.selftest)
+    except Exception as exc:  # a sample that cannot run here is a failed self-test, never an exception out of load()
+        outcome = selftest.Result(cand.label, "mismatch", f"the sample failed: {type(exc).__name__}: {exc}")
+    trace.selftests.append(outcome)
+    return outcome.why if outcome.outcome == "mismatch" else None
 
 
 def _attempt(label: str, image_of: Callable[[], Verified], device: str, cand: Candidate, trace: Trace) -> Backend:

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("", "0", "false", "no", "off")
 KILL_SWITCHES = ("CUPLUG_DISABLE_CUDA", "BACKEND_CUDA_DISABLE")
-KNOBS = (*KILL_SWITCHES, "CUPLUG_REQUIRE_CUDA", "CUPLUG_BACKEND", "CUPLUG_DEVICE", "CUPLUG_FASTPATH")
+KNOBS = (*KILL_SWITCHES, "CUPLUG_REQUIRE_CUDA", "CUPLUG_BACKEND", "CUPLUG_DEVICE", "CUPLUG_FASTPATH", "CUPLUG_SELFTEST")
+SELFTEST = ("0", "1", "always")  # off; on, a pass remembered per device, driver and artifact; on every load
 CUDA_VARS = (
     "CUDA_VISIBLE_DEVICES",
     "CUDA_CACHE_PATH",
@@ -43,6 +44,7 @@ class Policy(Record):
         "device",
         "raw_forced",
         "fastpath",
+        "selftest",
     )
     disable_cuda: bool
     disabled_by: str | None  # the kill switch that is set
@@ -52,6 +54,7 @@ class Policy(Record):
     device: int
     raw_forced: str | None  # CUPLUG_BACKEND as it was set, for messages
     fastpath: bool  # CUPLUG_FASTPATH: run() repeats a learned call in C (runtime/fastpath.py)
+    selftest: str  # CUPLUG_SELFTEST: "0", "1" (default) or "always" (runtime/selftest.py)
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -103,12 +106,22 @@ def from_env(env: Mapping[str, str] | None = None, device: int | str | None = No
         device=_device(device if device is not None else env.get("CUPLUG_DEVICE", "0").strip() or "0"),
         raw_forced=raw_forced,
         fastpath=fastpath(env),
+        selftest=selftest(env),
     )
 
 
 def fastpath(env: Mapping[str, str]) -> bool:
     """CUPLUG_FASTPATH: on unless set to 0 (or false/no/off): run() repeats a learned call in C (fastpath.py)."""
     return not env.get("CUPLUG_FASTPATH", "").strip() or _flag(env, "CUPLUG_FASTPATH")
+
+
+def selftest(env: Mapping[str, str]) -> str:
+    """CUPLUG_SELFTEST: 0 (off), 1 (the default: a pass is remembered per device, driver and artifact) or always."""
+    value = env.get("CUPLUG_SELFTEST", "").strip().lower() or "1"
+    value = {"true": "1", "yes": "1", "on": "1", "false": "0", "no": "0", "off": "0"}.get(value, value)
+    if value not in SELFTEST:
+        raise ConfigError(f"CUPLUG_SELFTEST={env['CUPLUG_SELFTEST']!r}: expected 0, 1 or always")
+    return value
 
 
 def relevant_env(env: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -55,7 +55,7 @@ class Attempt(Record):
 class Trace:
     """Everything that went into the decision, for ``explain()``, ``Backend.trace`` and ``cuplug doctor``."""
 
-    __slots__ = ("attempts", "backend", "decided", "env", "found", "loaded", "policy", "probe", "served")
+    __slots__ = ("attempts", "backend", "decided", "env", "found", "loaded", "policy", "probe", "selftests", "served")
 
     def __init__(
         self,
@@ -73,6 +73,7 @@ class Trace:
         self.decided = decided
         self.env = env
         self.attempts: list[Attempt] = []
+        self.selftests: list[Any] = []  # selftest.Result of each CUDA candidate that loaded
         self.served: Candidate | None = None  # the candidate that loaded
         self.loaded: Any = None  # the Backend it gave
 
@@ -205,6 +206,7 @@ class Trace:
             },
             "env": self.env,
             "attempts": [a.to_json() for a in self.attempts],
+            "selftests": [r.as_json() for r in self.selftests],
         }
 
     # ---- text ------------------------------------------------------------------------------------
@@ -252,6 +254,8 @@ class Trace:
         if self.attempts:
             lines.append(f"{label} load attempts:")
             lines.extend(f"  {printable(a.label):<16} {a.code:<22} {printable(a.reason)}" for a in self.attempts)
+        for r in self.selftests:
+            row("self-test", printable(r.text()))
         row("decision", f"{decision.label} ({code}: {reason})")
         return "\n".join(lines)
 

@@ -54,7 +54,7 @@ def _cache_bytes(d: Path) -> int:
 
 def _every_op(backend: Any) -> float:
     """Every op once, on the sample its signature declares (sizes that fit its size rules)."""
-    from . import samples
+    from ..runtime import samples
 
     t0 = time.perf_counter()
     for sig in backend.ops.values():

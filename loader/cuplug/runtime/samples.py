@@ -1,4 +1,4 @@
-"""Sample calls from op signatures: what ``cuplug probe`` and ``cuplug warmup`` run on any backend.
+"""Sample calls from op signatures: what ``cuplug probe``, ``cuplug warmup`` and load()'s self-test run on any backend.
 
 An op's sample is derived from its signature alone (``sample_n`` elements, float32
 where the op takes it, the declared attribute defaults), filled with small
@@ -10,11 +10,14 @@ No NumPy: host memory is cuplug's own, exported through DLPack.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..contract import dtypes
-from ..runtime.hostbuf import HostBuffer
-from ..runtime.signature import OpSignature
+from .hostbuf import HostBuffer
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .signature import OpSignature
 
 
 def _pattern(dt: dtypes.DType, n: int) -> list[float]:

@@ -1,0 +1,102 @@
+"""The numerical self-test of a CUDA candidate (issue 33): before load() accepts it, each op's sample (derived from
+its signature: runtime/samples.py) runs on the candidate and on the CPU twin, and the results must agree (integers
+bit for bit, floats within 1e-3 of the largest magnitude). A candidate that loads but disagrees is rejected with
+``self-test-mismatch``, naming the op, the element and both values, and the next candidate is tried.
+
+``CUPLUG_SELFTEST``: ``1`` (the default) remembers a pass on disk, keyed by the device's UUID, the driver's version,
+the artifact's sha256 and this cuplug's version (a new GPU, driver, build or cuplug tests again); ``always`` tests
+on every load; ``0`` never. A pass is a file ``<cache>/selftest/<key>``; nothing else is kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+
+from ..contract.cache import cache_root
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+VERSION = "0.1.0"  # cuplug's, a part of the key (the samples or the comparison may change with it)
+
+
+class Result:
+    """What the self-test did for one candidate: ``outcome`` "passed", "passed (remembered)", "mismatch",
+    "skipped"; ``why`` (the mismatch, or why it was skipped); ``ms`` (its time, 0 when remembered or skipped)."""
+
+    __slots__ = ("label", "ms", "outcome", "why")
+
+    def __init__(self, label: str, outcome: str, why: str = "", ms: float = 0.0) -> None:
+        self.label, self.outcome, self.why, self.ms = label, outcome, why, ms
+
+    def text(self) -> str:
+        took = f" in {self.ms:.2f} ms" if self.ms else ""
+        return f"{self.label}: {self.outcome}{took}" + (f" ({self.why})" if self.why else "")
+
+    def as_json(self) -> dict[str, Any]:
+        return {"candidate": self.label, "outcome": self.outcome, "why": self.why or None, "ms": round(self.ms, 3)}
+
+
+def key(uuid: str | None, driver: int | None, sha256: str | None) -> str | None:
+    """The pass's name: None when a fact is unknown (nothing is remembered then)."""
+    if not (uuid and driver and sha256):
+        return None
+    return hashlib.sha256(f"{uuid}|{driver}|{sha256}|{VERSION}".encode()).hexdigest()[:32]
+
+
+def _marker(k: str) -> str:
+    return os.path.join(cache_root(), "selftest", k)
+
+
+def remembered(k: str | None) -> bool:
+    return k is not None and os.path.isfile(_marker(k))
+
+
+def remember(k: str | None) -> None:
+    if k is None:
+        return
+    path = _marker(k)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + f".{os.getpid()}", "w") as fh:  # atomic: a concurrent load sees a whole marker or none
+            fh.write("passed\n")
+        os.replace(path + f".{os.getpid()}", path)
+    except OSError:  # a read-only cache: the test runs again next time, nothing else changes
+        pass
+
+
+def compare(candidate: Any, twin: Any) -> str | None:
+    """Every op of ``candidate`` on its sample against ``twin``'s result; the first disagreement, or None."""
+    from . import samples
+
+    for sig in candidate.ops.values():
+        twin_sig = twin.ops.get(sig.name)
+        if twin_sig is None:
+            return f"{sig.name}: the CPU twin has no such op"
+        got = samples.run_sample(candidate, sig)
+        want = samples.run_sample(twin, twin_sig)
+        why = samples.compare(got, want)
+        if why:
+            return f"{sig.name}: {why}"
+    return None
+
+
+def run(candidate: Any, twin_of: Any, label: str, k: str | None, mode: str) -> Result:
+    """The self-test of ``candidate``; ``twin_of()`` gives the CPU twin (or None: nothing to compare with)."""
+    if mode == "0":
+        return Result(label, "skipped", "CUPLUG_SELFTEST=0")
+    if mode != "always" and remembered(k):
+        return Result(label, "passed (remembered)")
+    twin = twin_of()
+    if twin is None:
+        return Result(label, "skipped", "no CPU twin to compare with")
+    t0 = time.perf_counter()
+    why = compare(candidate, twin)
+    ms = (time.perf_counter() - t0) * 1e3
+    if why:
+        return Result(label, "mismatch", why, ms)
+    remember(k)
+    return Result(label, "passed", "", ms)

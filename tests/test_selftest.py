@@ -1,0 +1,142 @@
+"""The numerical self-test of a CUDA candidate (issue 33, part 2), on the fake driver with planted artifacts.
+
+A library built from the CPU twin's own source, but with `add` wrong in one element, is planted in place of
+cuda13/fatbin (its manifest agreeing), so the loader meets it where it would meet a wrong kernel in the field: it
+loads, its self-test disagrees with the CPU twin, it is rejected with `self-test-mismatch` naming the op, the
+element and both values, and the next candidate is tried, down to the CPU. The same library built right passes,
+and its pass is remembered per device UUID, driver version and artifact sha256 (a change of any tests again);
+CUPLUG_SELFTEST=0|1|always.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import pytest
+
+from conftest import ROOT, build_shared_library, env_for, needs_wheels, run_cli, run_json
+
+pytestmark = needs_wheels
+
+WRONG = "case CUPLUG_F32: CUPLUG_LOOP2(float, x[i] + y[i] + (i == 5 ? 0.5f : 0.0f)); break;"
+RIGHT = "case CUPLUG_F32: CUPLUG_LOOP2(float, x[i] + y[i]); break;"
+LOAD = (
+    "import json, cuplug; b = cuplug.load(); t = b.trace; "
+    "print(json.dumps({'variant': b.variant, 'cuda': b.cuda, "
+    "'attempts': [[a.label, a.code, a.reason] for a in t.attempts], "
+    "'selftests': [r.as_json() for r in t.selftests]}))"
+)
+
+
+def _plant(site, tmp_path, source: str, name: str):
+    """The installed backends with the twin's source (as `source` makes it) planted as cuda13/fatbin."""
+    src = tmp_path / f"{name}.c"
+    src.write_text(source)
+    so = build_shared_library(
+        src,
+        tmp_path / f"{name}.so",
+        "-O1",
+        "-std=c11",
+        "-ffp-contract=off",
+        "-fvisibility=hidden",
+        "-Wno-missing-field-initializers",
+        f"-I{ROOT / 'backends' / 'include'}",
+        f"-I{ROOT / 'backends' / 'common'}",
+        f"-Wl,--version-script={ROOT / 'backends' / 'cmake' / 'cuplug_exports.map'}",
+        "-lm",
+    )
+    planted = tmp_path / f"site-{name}"
+    shutil.copytree(site, planted, symlinks=True)
+    data = so.read_bytes()
+    (planted / "cuplug_cuda13" / "fatbin" / "libcuplug_vector.so").write_bytes(data)
+    manifest = planted / "cuplug_cuda13" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    for a in doc["artifacts"]:
+        if a["file"] == "fatbin/libcuplug_vector.so":
+            a["size"], a["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+    manifest.write_text(json.dumps(doc))
+    return planted
+
+
+@pytest.fixture(scope="module")
+def twin_source():
+    source = (ROOT / "backends" / "cpu" / "vector_cpu.c").read_text()
+    assert source.count(RIGHT) == 1
+    return source
+
+
+@pytest.fixture(scope="module")
+def wrong_site(site, tmp_path_factory, twin_source):
+    return _plant(site, tmp_path_factory.mktemp("wrong"), twin_source.replace(RIGHT, WRONG), "wrong")
+
+
+@pytest.fixture(scope="module")
+def right_site(site, tmp_path_factory, twin_source):
+    return _plant(site, tmp_path_factory.mktemp("right"), twin_source, "right")
+
+
+@pytest.mark.reliability(
+    case="an artifact that loads but computes wrong",
+    how="the CPU twin's source with add wrong in element 5, planted in place of cuda13/fatbin on a fake sm_90",
+    expect="rejected by its self-test (self-test-mismatch, naming op, element and values), the next tried, the CPU "
+    "answering; doctor shows the self-test",
+)
+def test_a_wrong_artifact_is_rejected_by_its_self_test(wrong_site, fake_driver_dir, tmp_path):
+    env = env_for(wrong_site, fake_driver_dir, CUPLUG_CACHE_DIR=str(tmp_path / "cache"))
+    got = run_json(LOAD, env)
+    first = got["attempts"][0]
+    assert first[0] == "cuda13/fatbin" and first[1] == "self-test-mismatch"
+    assert first[2] == "add: output 0: element 5 is 0.0, the CPU twin gives -0.5", first
+    assert got["selftests"][0]["outcome"] == "mismatch" and got["variant"] == "cpu"
+    assert [a[1] for a in got["attempts"]][-1] == "ok"  # the CPU twin serves
+    doctor = run_cli(["doctor", "--json"], env)
+    doc = json.loads(doctor.stdout)
+    assert doc["selftests"][0]["outcome"] == "mismatch" and doc["loaded"]["attempts"][0]["code"] == "self-test-mismatch"
+    text = run_cli(["doctor"], env).stdout
+    assert "self-test           : cuda13/fatbin: mismatch" in text, text
+    assert not (tmp_path / "cache" / "selftest").exists() or not any((tmp_path / "cache" / "selftest").iterdir())
+
+
+def test_a_right_artifact_passes_and_its_pass_is_remembered(right_site, fake_driver_dir, tmp_path):
+    cache = tmp_path / "cache"
+    env = env_for(right_site, fake_driver_dir, CUPLUG_CACHE_DIR=str(cache))
+    first = run_json(LOAD, env)
+    assert first["attempts"][0][:2] == ["cuda13/fatbin", "ok"] and first["cuda"] == "cuda13"
+    assert first["selftests"][0]["outcome"] == "passed" and first["selftests"][0]["ms"] > 0
+    assert len(list((cache / "selftest").iterdir())) == 1
+    again = run_json(LOAD, env)
+    assert again["selftests"][0]["outcome"] == "passed (remembered)"
+    always = run_json(LOAD, {**env, "CUPLUG_SELFTEST": "always"})
+    assert always["selftests"][0]["outcome"] == "passed"
+    off = run_json(LOAD, {**env, "CUPLUG_SELFTEST": "0"})
+    assert off["selftests"][0]["outcome"] == "skipped"
+    newer_driver = run_json(LOAD, {**env, "FAKE_CUDA_DRIVER_VERSION": "13010"})
+    assert newer_driver["selftests"][0]["outcome"] == "passed"  # another driver: tested again
+    assert len(list((cache / "selftest").iterdir())) == 2
+
+
+def test_a_bad_selftest_value_is_named(right_site, fake_driver_dir):
+    env = env_for(right_site, fake_driver_dir, CUPLUG_SELFTEST="sometimes")
+    proc = run_cli(["doctor"], env)
+    assert proc.returncode != 0 and "CUPLUG_SELFTEST='sometimes': expected 0, 1 or always" in proc.stdout + proc.stderr
+
+
+def test_the_key_changes_with_each_fact():
+    from cuplug.runtime import selftest
+
+    base = selftest.key("GPU-1", 13000, "a" * 64)
+    assert (
+        base
+        and len(
+            {
+                base,
+                selftest.key("GPU-2", 13000, "a" * 64),
+                selftest.key("GPU-1", 13010, "a" * 64),
+                selftest.key("GPU-1", 13000, "b" * 64),
+            }
+        )
+        == 4
+    )
+    assert selftest.key(None, 13000, "a" * 64) is None and selftest.key("GPU-1", None, "a") is None

@@ -164,8 +164,7 @@ class _WrongResult(Exception):
 
 def _probe_ops(backend: Any, name: str, steps: Any) -> dict[str, float]:
     """Every op once on its declared sample, compared with the CPU twin's answer; ms per op."""
-    from ..runtime import loading
-    from ..runtime import samples
+    from ..runtime import loading, samples
 
     times: dict[str, float] = {}
     twin = backend if backend.variant == "cpu" else loading.load(name, env={**os.environ, "CUPLUG_BACKEND": "cpu"})

@@ -19,14 +19,28 @@ pytestmark = needs_wheels
 
 def _run(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(RUN), *args], capture_output=True, text=True, timeout=timeout, env=clean_env(CUPLUG_BACKEND="cpu")
+        [sys.executable, str(RUN), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=clean_env(CUPLUG_BACKEND="cpu"),
     )
 
 
 def test_every_scenario_is_listed_with_its_anchor():
     out = _run("--list")
     assert out.returncode == 0, out.stderr
-    for name in ("decision", "cold-start", "per-call", "alloc-vs-out", "graphs", "compile", "bandwidth", "sum", "host-path"):
+    for name in (
+        "decision",
+        "cold-start",
+        "per-call",
+        "alloc-vs-out",
+        "graphs",
+        "compile",
+        "bandwidth",
+        "sum",
+        "host-path",
+    ):
         assert f"\n{name} [" in "\n" + out.stdout, name
     assert out.stdout.count("anchor ") >= 9
 

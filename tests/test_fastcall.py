@@ -28,7 +28,13 @@ fastcall = pytest.importorskip("cuplug.runtime._fastcall", reason="the wheel's C
 
 @pytest.fixture(autouse=True)
 def cpu_only(monkeypatch):
-    for var in ("CUPLUG_DISABLE_CUDA", "BACKEND_CUDA_DISABLE", "CUPLUG_REQUIRE_CUDA", "CUPLUG_DEVICE", "CUPLUG_FASTPATH"):
+    for var in (
+        "CUPLUG_DISABLE_CUDA",
+        "BACKEND_CUDA_DISABLE",
+        "CUPLUG_REQUIRE_CUDA",
+        "CUPLUG_DEVICE",
+        "CUPLUG_FASTPATH",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("CUPLUG_BACKEND", "cpu")
 

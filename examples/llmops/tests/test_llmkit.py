@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import llmkit
 import numpy as np
 import pytest
 
 import cuplug
 import cuplug.contract.dtypes
-import llmkit
 
 RNG = np.random.default_rng(32)
 

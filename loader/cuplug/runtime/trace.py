@@ -112,6 +112,18 @@ class Trace:
         failed = next((a for a in self.attempts if (a.cuda, a.variant) == (forced.cuda, forced.variant)), None)
         return failed if failed is not None and failed.code != reasons.OK else None
 
+    def per_device(self) -> list[tuple[Any, Decision]]:
+        """(device, the decision for it) for every device the driver shows: the same pure function over the same
+        facts, once per device (``load(device=i)`` / CUPLUG_DEVICE=i takes that one)."""
+        from . import select
+
+        p = self.probe
+        if p is None:
+            return []
+        return [
+            (d, select.decide(self.backend, self.policy._replace(device=d.index), p, self.found)) for d in p.devices
+        ]
+
     # ---- the facts, as the reports name them -------------------------------------------------------
 
     @property
@@ -207,6 +219,16 @@ class Trace:
             "env": self.env,
             "attempts": [a.to_json() for a in self.attempts],
             "selftests": [r.as_json() for r in self.selftests],
+            "per_device": [
+                {
+                    "index": d.index,
+                    "variant": c.chosen.variant,
+                    "cuda": c.chosen.cuda,
+                    "code": c.code,
+                    "reason": c.reason,
+                }
+                for d, c in self.per_device()
+            ],
         }
 
     # ---- text ------------------------------------------------------------------------------------
@@ -257,6 +279,14 @@ class Trace:
         for r in self.selftests:
             row("self-test", printable(r.text()))
         row("decision", f"{decision.label} ({code}: {reason})")
+        others = self.per_device()
+        if len(others) > 1:  # several GPUs: each one's decision (the line above is CUPLUG_DEVICE's)
+            for d, dec in others:
+                cc = d.capability_str or "?"
+                row(
+                    f"decision device {d.index}",
+                    f"{dec.chosen.label} for CC {cc} ({dec.code}: {printable(dec.reason)})",
+                )
         return "\n".join(lines)
 
 

@@ -74,7 +74,17 @@ TORCH_PATHS = [
     "run(out=) resident",
     "cupy.add",
     "run(out=) cupy",
+    "torch.add(out=) cpu",
+    "run(out=) torch cpu (CPU twin)",
 ]
+
+
+@pytest.fixture(scope="module")
+def cpu_twin():
+    """The CPU twin beside the CUDA backend: its run(out=) on PyTorch CPU tensors is the dispatcher's reading of
+    three tensors plus a trivial C call, with no CUDA call at all (where the time above the launch goes)."""
+    with cuplug.load(env={**os.environ, "CUPLUG_BACKEND": "cpu"}) as b:
+        yield b
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +96,9 @@ def ops(backend):
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU and PyTorch with CUDA")
 @pytest.mark.parametrize("path", TORCH_PATHS)
-def test_per_call_cuda(benchmark, backend, ops, path):
+def test_per_call_cuda(benchmark, backend, ops, cpu_twin, path):
     x, y, o = (torch.ones(1, device="cuda") for _ in range(3))
+    hx, hy, ho = (torch.ones(1) for _ in range(3))
     t, u, r = backend.empty(1), backend.empty(1), backend.empty(1)
     fns = {
         "torch.add(out=)": lambda: torch.add(x, y, out=o),
@@ -97,6 +108,8 @@ def test_per_call_cuda(benchmark, backend, ops, path):
         "torch op (cuplug.torch)": lambda: ops.add(x, y),
         "torch op .out": lambda: ops.add.out(x, y, out=o),
         "run(out=) resident": lambda: backend.run("add", t, u, out=r),
+        "torch.add(out=) cpu": lambda: torch.add(hx, hy, out=ho),
+        "run(out=) torch cpu (CPU twin)": lambda: cpu_twin.run("add", hx, hy, out=ho),
     }
     if path.startswith(("cupy", "run(out=) cupy")):
         cupy = pytest.importorskip("cupy")

@@ -1,10 +1,18 @@
 // What the host pays per CUDA runtime/driver call that a cuplug backend call makes, on 1-element work:
 // the launch itself, cudaSetDevice, and the pointer queries of the device-tensor check
-// (backends/common/cuplug_cuda_backend.cuh, check_device_tensor). Median of 7 loops of N calls, ns.
+// (backends/common/cuplug_cuda_backend.cuh, check_device_tensor), and, given a backend library, its whole
+// cuplug_backend_call (the C ABI with no Python above it). Median of 7 loops of N calls, ns.
 //
-//   nvcc -O2 -o /tmp/costs bench/cuda_call_costs.cu -lcuda && /tmp/costs [N]
+// A loop of N launches can wait for the GPU (a tiny kernel takes the GPU longer than the host its launch once
+// the launch queue is full): the "host only" rows time bursts of 256 calls with a synchronize outside the timed
+// window, so they are what the host pays, not the GPU's throughput.
+//
+//   nvcc -O2 -o /tmp/costs bench/cuda_call_costs.cu -lcuda -ldl && /tmp/costs [N [path/to/libcuplug_vector.so]]
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include "../backends/include/cuplug/backend.h"
 
 #include <algorithm>
 #include <chrono>
@@ -30,6 +38,30 @@ static double median_ns(int n, F f) {
   std::sort(loops.begin(), loops.end());
   return loops[3];
 }
+
+// Bursts of 256 calls, each burst timed alone, the GPU drained between bursts: the host's own cost per call.
+template <class F>
+static double host_only_ns(int n, F f) {
+  const int burst = 256;
+  std::vector<double> loops;
+  for (int r = 0; r < 7; ++r) {
+    double total = 0;
+    int done = 0;
+    for (; done < n; done += burst) {
+      cudaDeviceSynchronize();
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < burst; ++i) f();
+      total += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    }
+    loops.push_back(total / done);
+  }
+  std::sort(loops.begin(), loops.end());
+  return loops[3];
+}
+
+typedef cuplug_backend* (*create_fn)(const char*);
+typedef int (*call_fn)(cuplug_backend*, const char*, const cuplug_tensor*, int, cuplug_tensor*, int,
+                       const cuplug_attr*, int, uint64_t);
 
 int main(int argc, char** argv) {
   int n = argc > 1 ? atoi(argv[1]) : 20000;
@@ -73,6 +105,30 @@ int main(int argc, char** argv) {
            CUcontext c;
            cuCtxGetCurrent(&c);
          }));
+  printf(", \"launch <<<1,256>>>, host only\": %.1f", host_only_ns(n, [&] { add1<<<1, 256, 0, s>>>(x, y, o, 1); }));
+  if (argc > 2) {  // the backend's whole C call: checks, cudaSetDevice, pointer queries, the launch
+    void* lib = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      printf(", \"backend\": \"dlopen failed: %s\"}\n", dlerror());
+      return 1;
+    }
+    auto create = (create_fn)dlsym(lib, "cuplug_backend_create");
+    auto call = (call_fn)dlsym(lib, "cuplug_backend_call");
+    cuplug_backend* h = create ? create("0") : nullptr;
+    if (h == nullptr || call == nullptr) {
+      printf(", \"backend\": \"create failed\"}\n");
+      return 1;
+    }
+    int64_t shape[1] = {1};
+    cuplug_tensor t[3];
+    float* ptrs[3] = {x, y, o};
+    for (int k = 0; k < 3; ++k) t[k] = cuplug_tensor{ptrs[k], 2, 0, 1, {2, 32, 1}, shape, nullptr, 0};
+    int rc = call(h, "add", t, 2, t + 2, 1, nullptr, 0, (uint64_t)(uintptr_t)s);
+    printf(", \"backend add rc\": %d", rc);
+    printf(", \"cuplug_backend_call add\": %.1f", median_ns(n, [&] { call(h, "add", t, 2, t + 2, 1, nullptr, 0, (uint64_t)(uintptr_t)s); }));
+    printf(", \"cuplug_backend_call add, host only\": %.1f",
+           host_only_ns(n, [&] { call(h, "add", t, 2, t + 2, 1, nullptr, 0, (uint64_t)(uintptr_t)s); }));
+  }
   printf("}\n");
   return 0;
 }

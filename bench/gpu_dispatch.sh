@@ -32,5 +32,6 @@ done
   && tail -c 1500 "$OUT/parts-cuda.json"
 # what each CUDA call of a backend call costs the host (nvcc of the machine's image; COSTS=1)
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-[ -n "$COSTS" ] && "$NVCC" -O2 -o /tmp/costs "$ROOT/bench/cuda_call_costs.cu" -lcuda && /tmp/costs 20000 | tee "$OUT/cuda-call-costs.json"
+[ -n "$COSTS" ] && "$NVCC" -O2 -o /tmp/costs "$ROOT/bench/cuda_call_costs.cu" -lcuda -ldl \
+  && /tmp/costs 20000 /tmp/site/cuplug_cuda13/fatbin/libcuplug_vector.so | tee "$OUT/cuda-call-costs.json"
 { python3 -m cuplug doctor; python3 -m cuplug probe; echo "probe exit $?"; } > "$OUT/doctor.txt" 2>&1; tail -3 "$OUT/doctor.txt"

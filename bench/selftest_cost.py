@@ -1,0 +1,77 @@
+"""What the numerical self-test (issue 33, part 2) adds to load(): fresh processes, interleaved by mode, on an
+idle device (this parent never touches CUDA).
+
+    python bench/selftest_cost.py [ROUNDS] > selftest-cost.json
+
+Modes: CUPLUG_SELFTEST=0 (no self-test), =always (the samples run on every load), =1 (the default: run once, then
+remembered per device UUID, driver, artifact sha256 and cuplug version; its rounds after the first are the cached
+case). Each process reports load()'s wall time and the self-test's own time from the trace. The JSON gives, per
+mode, the median and the spread (min-max) of both, and the difference of the medians against CUPLUG_SELFTEST=0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+CHILD = r"""
+import json, time
+t0 = time.perf_counter()
+import cuplug
+b = cuplug.load()
+ms = (time.perf_counter() - t0) * 1e3
+st = [r.as_json() for r in b.trace.selftests]
+print(json.dumps({"load_ms": ms, "variant": f"{b.cuda}/{b.variant}", "selftest_ms": sum(r["ms"] for r in st),
+                  "selftests": st}))
+"""
+MODES = ("0", "always", "1")
+
+
+def main() -> int:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 15
+    runs: dict[str, list[dict]] = {m: [] for m in MODES}
+    with tempfile.TemporaryDirectory() as cache:  # the default mode's cache starts empty: its first round pays
+        for _ in range(rounds):
+            for mode in MODES:
+                env = {**os.environ, "CUPLUG_SELFTEST": mode, "CUPLUG_CACHE_DIR": cache}
+                out = subprocess.run(
+                    [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=False
+                )
+                if out.returncode != 0:
+                    print(json.dumps({"error": out.stderr[-2000:], "mode": mode}))
+                    return 1
+                runs[mode].append(json.loads(out.stdout.strip().splitlines()[-1]))
+
+    def summary(rows: list[dict], key: str) -> dict:
+        values = [r[key] for r in rows]
+        return {
+            "median": round(statistics.median(values), 3),
+            "min": round(min(values), 3),
+            "max": round(max(values), 3),
+        }
+
+    base = statistics.median(r["load_ms"] for r in runs["0"])
+    doc = {
+        "command": f"python bench/selftest_cost.py {rounds}",
+        "rounds": rounds,
+        "variant": runs["always"][0]["variant"],
+        "modes": {
+            m: {
+                "load_ms": summary(rows, "load_ms"),
+                "selftest_ms": summary(rows, "selftest_ms"),
+                "load_ms_minus_selftest_0": round(statistics.median(r["load_ms"] for r in rows) - base, 3),
+            }
+            for m, rows in runs.items()
+        },
+        "first_default_round": runs["1"][0]["selftests"],
+    }
+    print(json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1763,3 +1763,19 @@ def test_the_plan_cache_is_bounded_and_starts_over(b):
     assert len(b._plans) == 512
     b.run("sum", np.ones(513, np.float32))
     assert len(b._plans) == 1
+
+
+def test_a_0d_host_tensor_is_a_0d_memoryview_so_a_scalar_out_keeps_its_shape(b):
+    """A 0-d HostTensor's buffer (``t.memoryview()``; ``memoryview(t)`` on Python >= 3.12) has shape (), not
+    (1,): the H200 found every CUDA candidate's self-test failing on `sum` (Python 3.12 read its scalar out=
+    through the buffer protocol as float32[1])."""
+    from cuplug.runtime.hostbuf import HostBuffer
+
+    f32 = cuplug.contract.dtypes.BY_NAME["float32"]
+    out = HostBuffer(f32, ())
+    view = out.memoryview()
+    assert (view.ndim, view.shape, view.nbytes) == (0, (), 4)
+    x = HostBuffer(f32, (4,))
+    x.fill([0.25, 0.5, 1.0, 2.0])
+    b.run("sum", x, out=view)
+    assert out.values() == [3.75]

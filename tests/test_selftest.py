@@ -140,3 +140,29 @@ def test_the_key_changes_with_each_fact():
         == 4
     )
     assert selftest.key(None, 13000, "a" * 64) is None and selftest.key("GPU-1", None, "a") is None
+
+
+def test_a_sample_the_twin_cannot_run_is_left_out_not_held_against_the_candidate():
+    """The twin runs each sample first: where the twin (or the sampler) fails, that op is named as not compared
+    and the candidate passes on the rest, unremembered; where the twin runs and the candidate fails, the
+    candidate fails (the H200 saw a sampler fault reject every correct CUDA candidate)."""
+    import cuplug
+    from cuplug.runtime import selftest
+
+    class Failing:
+        def __init__(self, inner, op):
+            self.inner, self.op, self.ops = inner, op, inner.ops
+
+        def run(self, name, *args, **kw):
+            if name == self.op:
+                raise ValueError(f"{name} cannot run here")
+            return self.inner.run(name, *args, **kw)
+
+    with cuplug.load(env={"CUPLUG_BACKEND": "cpu"}) as cpu:
+        assert selftest.compare(cpu, cpu) == (None, [])
+        why, left_out = selftest.compare(cpu, Failing(cpu, "sum"))
+        assert why is None and left_out == ["sum (the CPU twin's sample failed: ValueError: sum cannot run here)"]
+        why, left_out = selftest.compare(Failing(cpu, "sum"), cpu)
+        assert why == "sum: the sample failed here but not on the CPU twin: ValueError: sum cannot run here"
+        result = selftest.run(cpu, lambda: Failing(cpu, "sum"), "cuda13/fatbin", None, "1")
+        assert result.outcome == "passed" and result.why.startswith("not compared: sum (")

@@ -92,7 +92,7 @@ class HostTensor:
                 "(np.from_dlpack(t), torch.from_dlpack(t)) or __array_interface__ (np.asarray(t))"
             )
         view = memoryview(self.raw).cast("B")[: self.nbytes]
-        return view.cast(fmt, self.shape) if self.shape else view.cast(fmt)
+        return view.cast(fmt, self.shape)  # a 0-d tensor gives a 0-d view (shape ()), never a 1-element one
 
     def tobytes(self) -> bytes:
         """A copy of its bytes, in C order (as NumPy's and array.array's tobytes())."""

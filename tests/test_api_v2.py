@@ -1779,3 +1779,25 @@ def test_a_0d_host_tensor_is_a_0d_memoryview_so_a_scalar_out_keeps_its_shape(b):
     x.fill([0.25, 0.5, 1.0, 2.0])
     b.run("sum", x, out=view)
     assert out.values() == [3.75]
+
+
+def test_a_buffer_that_refuses_with_buffererror_is_read_through_dlpack(b, monkeypatch):
+    """On Python >= 3.12 memoryview() of a float16 HostTensor calls its __buffer__ (PEP 688), which refuses with
+    BufferError (a memoryview cannot spell float16): the reader falls back to DLPack as for TypeError (the H200's
+    Python 3.12 found it escaping run()). Emulated here on any Python by a memoryview that refuses so."""
+    from cuplug.runtime import arguments
+    from cuplug.runtime.hostbuf import HostBuffer
+
+    real = memoryview
+
+    def refusing(obj):
+        if isinstance(obj, HostBuffer):
+            raise BufferError("a memoryview cannot spell float16")
+        return real(obj)
+
+    monkeypatch.setattr(arguments, "memoryview", refusing, raising=False)
+    h = HostBuffer(cuplug.contract.dtypes.BY_NAME["float16"], (2,))
+    h.fill([1.5, 2.0])
+    assert b.run("add", h, h).values() == [3.0, 4.0]
+    out = HostBuffer(cuplug.contract.dtypes.BY_NAME["float16"], ())
+    assert b.run("sum", h, out=out) is out and out.values() == [3.5]

@@ -72,7 +72,7 @@ def read(self: Backend, obj: Any, name: str, writable: bool, handshake: int | No
     if kind is _NDARRAY[0] or (_NDARRAY[0] is None and kind is _ndarray()):  # NumPy, the host's usual array:
         try:  # its buffer export, no DLPack round trip
             view: memoryview | None = memoryview(obj)
-        except (TypeError, ValueError):  # datetime64 and the like: no buffer format; DLPack says why
+        except (TypeError, ValueError, BufferError):  # datetime64 and the like: no buffer format; DLPack says why
             view = None
         if view is not None and view.format in dtypes.BY_FORMAT:  # else (ml_dtypes' bfloat16): DLPack names it
             return operands.from_memoryview(obj, name, writable, view)
@@ -100,7 +100,7 @@ def read(self: Backend, obj: Any, name: str, writable: bool, handshake: int | No
         if dev_type in dtypes.HOST_DEVICES:
             try:  # the buffer protocol where the host array has it: no capsule, read-only arrays too
                 view = memoryview(obj)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, BufferError):  # BufferError: a __buffer__ (PEP 688) that refuses
                 view = None
             if view is not None and view.format in dtypes.BY_FORMAT:
                 return operands.from_memoryview(obj, name, writable, view)
@@ -116,7 +116,7 @@ def read(self: Backend, obj: Any, name: str, writable: bool, handshake: int | No
         return operands.from_cai(obj, name, writable, self.device_index)
     try:
         view = memoryview(obj)
-    except (TypeError, ValueError):  # no buffer (TypeError), or one of no format (ValueError: datetime64)
+    except (TypeError, ValueError, BufferError):  # no buffer (TypeError), no format (ValueError), refused (BufferError)
         raise InvalidInputError(
             f"{name}: expected an array (the buffer protocol, __dlpack__ or __cuda_array_interface__), "
             f"got {type(obj).__name__}"

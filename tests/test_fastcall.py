@@ -39,6 +39,22 @@ def cpu_only(monkeypatch):
     monkeypatch.setenv("CUPLUG_BACKEND", "cpu")
 
 
+@pytest.fixture(autouse=True, params=["dlpack-c", "accessors"])
+def torch_reader(request):
+    """Every test with each of the two readers of PyTorch tensors: DLPack's C exchange table (PyTorch >= 2.10) and
+    PyTorch's accessors alone (an older PyTorch)."""
+    from cuplug.runtime import fastpath
+
+    fastpath._module(api.Tensor)  # configured and taught first: what is set below stays so for the test
+    fastpath._teach_frameworks(fastcall)
+    table = fastpath.torch_exchange_table(torch)
+    if request.param == "dlpack-c" and table is None:
+        pytest.skip(f"PyTorch {torch.__version__} has no DLPack C exchange table")
+    assert fastcall.set_torch_exchange(table if request.param == "dlpack-c" else None) == (request.param == "dlpack-c")
+    yield request.param
+    fastcall.set_torch_exchange(table)
+
+
 @pytest.fixture
 def b():
     with cuplug.load() as backend:

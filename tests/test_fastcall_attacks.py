@@ -146,6 +146,54 @@ def test_other_torch_operands_of_one_key(b):
     same(b, "sum", torch.zeros(0))
 
 
+def test_tensors_dlpacks_c_table_describes_differently_from_the_accessors(b):
+    """The C table's DLTensor (PyTorch >= 2.10) is read where it exists: operands whose DLPack view differs from
+    what the accessors say (a view's offset, stride-0 or size-1 strides, an imaginary part carrying the negative
+    bit, a nested or sparse tensor with no strides, bool and unsigned dtypes, an empty or 0-d tensor) must give the
+    whole path's outcome."""
+    x, y, o = torch.ones(4), torch.ones(4), torch.zeros(4)
+    learned(b, "add", x, y, out=o)
+    same(b, "add", torch.arange(8.0)[2:6], y, out=o)  # an offset into its storage: the pointer says where
+    same(b, "add", torch.ones(1).expand(4), y, out=o)  # stride 0: not contiguous
+    same(b, "add", torch.ones(4, 1).t().reshape(4), y, out=o)
+    same(b, "add", torch.ones(4, dtype=torch.complex64).conj().imag, y, out=o)  # the negative bit, float32
+    same(b, "add", torch.ones(4, dtype=torch.complex64).imag, y, out=o)  # a strided view (stride 2)
+    same(b, "add", x.to_sparse(), y, out=o)
+    with contextlib.suppress(Exception):  # nested tensors of this PyTorch: strided layout, no sizes()
+        nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(2)], layout=torch.strided)
+        same(b, "add", nested, y, out=o)
+    square = torch.ones(1, 4).as_strided((1, 4), (999, 1))  # a size-1 extent's stride is anyone's
+    learned(b, "add", square, square, out=torch.zeros(1, 4))
+    same(b, "add", square, square, out=torch.zeros(1, 4))
+    for dt in (torch.bool, torch.uint16, torch.uint32, torch.uint64, torch.int16, torch.float8_e4m3fn):
+        with contextlib.suppress(Exception):
+            a = torch.zeros(4, dtype=dt)
+        same(b, "add", a, a, out=torch.zeros(4, dtype=dt))
+        same(b, "add", a, a, out=torch.zeros(4, dtype=dt))  # (taught, then through C where it is taken)
+    for shape in ((), (0,), (0, 3)):
+        e = torch.zeros(shape)
+        same(b, "add", e, e, out=torch.zeros(shape))
+        same(b, "add", e, e, out=torch.zeros(shape))
+
+
+def test_a_bad_exchange_table_is_refused_and_the_accessors_serve(b):
+    """set_torch_exchange() takes only a DLPack 1.x table, in its capsule, with the two functions it calls; anything
+    else (None, an address as an int, another capsule's name, a wrong object) leaves the accessors reading."""
+    import ctypes
+
+    new_capsule = ctypes.pythonapi.PyCapsule_New
+    new_capsule.restype, new_capsule.argtypes = ctypes.py_object, (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+    table = fastpath.torch_exchange_table(torch)
+    try:
+        for bad in (None, 3.5, "table", 8, new_capsule(8, b"another_table", None)):
+            assert fastcall.set_torch_exchange(bad) is False
+        x, y, o = torch.ones(4), torch.ones(4), torch.zeros(4)
+        learned(b, "add", x, y, out=o)
+        same(b, "add", torch._neg_view(x), y, out=o)
+    finally:
+        fastcall.set_torch_exchange(table)
+
+
 class Hook(TorchFunctionMode):
     """Runs ``action(func, args)`` inside every PyTorch call, the accessors included (PyTorch's own C accessors
     hand themselves to an active mode): a way to run Python while an operand is read that no fix of lookups stops."""

@@ -70,6 +70,28 @@ static PyObject* torch_methods[N_METHODS];
 static descrgetfunc getset_get; /* tp_descr_get of PyTorch's getset descriptors */
 static PyObject* resident_type;    /* cuplug.runtime.api.Tensor */
 
+/* DLPack's C exchange API (dlpack.h >= 1.2, DLPackExchangeAPI), as PyTorch offers it on torch.Tensor's type
+ * (__dlpack_c_exchange_api__): one C call fills a non-owning DLTensor of a tensor (pointer, device, dtype,
+ * shape, strides) and one gives the framework's current stream, with no Python object made and no Python code
+ * run (no __torch_function__: PyTorch's own C++). The accessors below stay for what DLPack does not say (layout,
+ * the negative bit, requires-grad) and serve alone where a PyTorch has no such table. The structs are DLPack's,
+ * field for field (cuplug_tensor is its DLTensor). */
+typedef struct dlpack_api_header {
+    uint32_t major, minor;
+    struct dlpack_api_header* prev_api;
+} dlpack_api_header;
+typedef struct {
+    dlpack_api_header header;
+    void* managed_tensor_allocator;
+    void* managed_tensor_from_py_object_no_sync;
+    void* managed_tensor_to_py_object_no_sync;
+    int (*dltensor_from_py_object_no_sync)(void* py_object, cuplug_tensor* out);
+    int (*current_work_stream)(int device_type, int32_t device_id, void** out_stream);
+} dlpack_exchange_api;
+static const dlpack_exchange_api* torch_exchange; /* NULL: read through the accessors alone */
+static PyObject* torch_exchange_owner;            /* the capsule the table came from, held */
+static int dl_rows[256][65];                       /* (DLPack type code, bits) -> dtype row + 1 (0: none) */
+
 static PyObject *s_backend, *s_life, *s_fast, *s_out, *s_stream,
     *s_acquire, *s_release, *s_closed, *s_handle, *s_forked_from, *s_check, *s_item, *s_lock;
 
@@ -187,6 +209,54 @@ fail:
     return 0;
 }
 
+/* C-contiguous as PyTorch's is_contiguous() says it: extents of 1 may have any stride, and an empty tensor is. */
+static int dl_contiguous(const cuplug_tensor* t) {
+    if (!t->strides) return 1;
+    int64_t want = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] == 0) return 1;
+        if (t->shape[i] != 1 && t->strides[i] != want) return 0;
+        want *= t->shape[i];
+    }
+    return 1;
+}
+
+/* read_torch through DLPack's exchange table: the DLTensor gives pointer, device, dtype, shape and strides in one
+ * C call (a sparse or nested tensor has no strides or sizes: it fails, and the whole path words why); the
+ * accessors add the layout, the negative bit and (for an output) requires-grad. */
+static int read_torch_exchange(PyObject* x, int writable, operand* o) {
+    o->kind = K_TORCH;
+    cuplug_tensor t;
+    memset(&t, 0, sizeof t);
+    if (torch_exchange->dltensor_from_py_object_no_sync(x, &t) != 0) goto fail;
+    if (t.ndim < 0 || t.ndim > MAX_NDIM || t.byte_offset != 0 || t.dtype.lanes != 1 || (t.ndim && !t.shape)) goto fail;
+    o->dt = dl_rows[t.dtype.code & 0xff][t.dtype.bits <= 64 ? t.dtype.bits : 0] - 1;
+    if (o->dt < 0 || !dl_contiguous(&t)) goto fail;
+    if (t.device_type == CUPLUG_DEVICE_CUDA && t.device_id >= 0)
+        o->dev_type = CUPLUG_DEVICE_CUDA, o->dev_id = t.device_id;
+    else if (t.device_type == CUPLUG_DEVICE_CPU)
+        o->dev_type = CUPLUG_DEVICE_CPU, o->dev_id = 0;
+    else
+        goto fail;
+    o->ndim = t.ndim;
+    for (int i = 0; i < t.ndim; i++) {
+        if (t.shape[i] < 0) goto fail;
+        o->shape[i] = t.shape[i];
+    }
+    if (!byte_size(o)) goto fail;
+    o->addr = (uint64_t)(uintptr_t)t.data;
+    if (!span_ok(o)) goto fail;
+    PyObject* v = tget(G_LAYOUT, x);
+    int strided = v && v == torch_strided;
+    Py_XDECREF(v);
+    if (!strided || !tcall_is(M_IS_NEG, x, Py_False)) goto fail;
+    if (writable && !tget_is(G_REQUIRES_GRAD, x, Py_False)) goto fail;
+    return 1;
+fail:
+    PyErr_Clear();
+    return 0;
+}
+
 /* operands.from_memoryview, for exact numpy.ndarray: the export itself gives the pointer. */
 static int read_ndarray(PyObject* x, int writable, operand* o) {
     o->kind = K_NDARRAY;
@@ -252,7 +322,8 @@ static int read_operand(PyObject* x, int writable, PyObject* backend, operand* o
     o->obj = x;
     PyObject* t = (PyObject*)Py_TYPE(x);
     if (t == ndarray_type && ndarray_type) return read_ndarray(x, writable, o);
-    if ((t == torch_types[0] || t == torch_types[1]) && t) return read_torch(x, writable, o);
+    if ((t == torch_types[0] || t == torch_types[1]) && t)
+        return torch_exchange ? read_torch_exchange(x, writable, o) : read_torch(x, writable, o);
     if (t == resident_type && resident_type) return read_resident(x, backend, o);
     return 0;
 }
@@ -522,6 +593,16 @@ static int framework_launch(Dispatcher* d, call_state* c) {
     if (c->launch != NO_STREAM || !d->cuda) return 1;
     for (int i = 0; i < c->n_in + c->n_out; i++) {
         if (c->ops[i].kind == K_TORCH && c->ops[i].dev_type == CUPLUG_DEVICE_CUDA) {
+            if (torch_exchange) { /* PyTorch's current stream of the device, from C++ */
+                void* stream = NULL;
+                if (torch_exchange->current_work_stream(CUPLUG_DEVICE_CUDA, d->device_index, &stream) != 0 ||
+                    (uint64_t)(uintptr_t)stream >= ADDRESS_END) {
+                    PyErr_Clear();
+                    return 0;
+                }
+                c->launch = (uint64_t)(uintptr_t)stream;
+                return 1;
+            }
             if (!torch_raw_stream) return 0;
             PyObject* idx = PyLong_FromLong(d->device_index);
             PyObject* s = idx ? PyObject_CallFunctionObjArgs(torch_raw_stream, idx, NULL) : NULL;
@@ -1094,7 +1175,31 @@ static PyObject* fc_set_torch(PyObject* m, PyObject* a) {
     Py_RETURN_NONE;
 }
 
+/* set_torch_exchange(table or None): torch.Tensor's __dlpack_c_exchange_api__, a capsule "dlpack_exchange_api".
+ * Taken when it is DLPack 1.x with both functions this module calls; None or anything else (an address as an
+ * int, as early PyTorch nightlies gave it, is not trusted) reads through the accessors. Returns whether the
+ * table is used. */
+static PyObject* fc_set_torch_exchange(PyObject* m, PyObject* table) {
+    (void)m;
+    const dlpack_exchange_api* api = NULL;
+    if (PyCapsule_CheckExact(table))
+        api = (const dlpack_exchange_api*)PyCapsule_GetPointer(table, "dlpack_exchange_api");
+    if (PyErr_Occurred()) PyErr_Clear();
+    if (api && (api->header.major != 1 || !api->dltensor_from_py_object_no_sync || !api->current_work_stream))
+        api = NULL;
+    if (api) {
+        memset(dl_rows, 0, sizeof dl_rows);
+        for (int i = 0; i < dtypes.n; i++)
+            if (dtypes.bits[i] <= 64) dl_rows[dtypes.code[i]][dtypes.bits[i]] = i + 1;
+    }
+    torch_exchange = api;
+    set_ref(&torch_exchange_owner, api ? table : NULL);
+    return PyBool_FromLong(api != NULL);
+}
+
 static PyMethodDef module_methods[] = {
+    {"set_torch_exchange", fc_set_torch_exchange, METH_O,
+     "set_torch_exchange(torch.Tensor.__dlpack_c_exchange_api__ or None) -> whether DLPack's C table is used"},
     {"configure", fc_configure, METH_VARARGS, "configure(dtype rows, formats, resident Tensor type)"},
     {"set_numpy", fc_set_numpy, METH_O, "set_numpy(numpy.ndarray)"},
     {"set_torch", fc_set_torch, METH_VARARGS, "set_torch(Tensor, Parameter, strided, dtype pairs, raw stream)"},

@@ -108,6 +108,19 @@ def _teach_frameworks(mod: Any) -> None:
         mod.set_torch(
             tensor, param if isinstance(param, type) else tensor, torch.strided, pairs, raw, getsets, methods, mode_on
         )
+        mod.set_torch_exchange(torch_exchange_table(torch))
+
+
+def torch_exchange_table(torch: Any) -> Any:
+    """DLPack's C exchange table on PyTorch's tensor type (DLPack >= 1.2; PyTorch >= 2.10), or None: through it the
+    dispatcher reads a tensor's pointer, device, dtype, shape and strides, and the current stream, in one C call
+    each instead of an accessor per fact (docs/performance.md). Looked up on the type, as DLPack says."""
+    tensor = getattr(torch, "Tensor", None)
+    for name in ("__dlpack_c_exchange_api__", "__c_dlpack_exchange_api__"):  # (the early name; a capsule too)
+        table = getattr(tensor, name, None)
+        if table is not None:
+            return table
+    return None
 
 
 def _spec(dt: dtypes.DType, device: tuple[int, int], shape: tuple[int, ...]) -> tuple[int, int, int, tuple[int, ...]]:

@@ -62,18 +62,11 @@ def version_str(v: int | None) -> str | None:
 
 def parse_target(target: str) -> tuple[int, int, bool]:
     """'sm_86' -> (8, 6, False); 'sm_90a' / 'sm_100f' -> (9, 0, True) / (10, 0, True); 'compute_75' -> (7, 5, False).
+    ValueError for anything else. (contract/targets.py has the kinds and their rules.)"""
+    from .targets import parse
 
-    The last digit is the minor, the ones before it the major; a trailing ``a``/``f``
-    marks code for exactly that GPU (family). ValueError for anything else.
-    """
-    kind, sep, rest = target.partition("_")
-    specific = rest[-1:] in ("a", "f")
-    digits = rest[:-1] if specific else rest
-    if kind not in ("sm", "compute") or not sep or not 2 <= len(digits) <= 4 or not digits.isdigit():
-        raise ValueError(f"not a CUDA arch: {target!r}")
-    if not digits.isascii():
-        raise ValueError(f"not a CUDA arch: {target!r}")
-    return int(digits[:-1]), int(digits[-1]), specific
+    t = parse(target)
+    return t.major, t.minor, t.kind.suffix != ""
 
 
 def is_target(text: object) -> bool:

@@ -8,16 +8,18 @@ would want to read, the CPU backend last, and the code and reason of the decisio
 itself: the chosen candidate's, or why it is the CPU. ``load()`` executes it as it is.
 
 The order is :data:`TIERS` (NVIDIA's compatibility rules); within a tier the newer CUDA
-toolkit wins (its runtime has the later fixes), then the smaller file, then the variant
-name, so the order is deterministic with several extras installed. Artifacts whose
-runtime needs a newer driver are rejected first. ``sm_XXa``/``sm_XXf`` SASS runs only on
-exactly XX. Nothing here knows a CUDA major: ``cuda14`` is ranked like ``cuda13``.
+target kind wins (contract/targets.py: ``sm_90a`` before ``sm_90``, made for the device more
+narrowly), then the newer CUDA toolkit (its runtime has the later fixes), then the smaller file,
+then the variant name, so the order is deterministic with several extras installed. Artifacts
+whose runtime needs a newer driver are rejected first. Which GPU a target runs on is the
+contract's table (``sm_XX``, ``sm_XXa``, ``sm_XXf``, ``compute_XX[a|f]``, Tegra's exception).
+Nothing here knows a CUDA major: ``cuda14`` is ranked like ``cuda13``.
 """
 
 from __future__ import annotations
 
-from ..contract import reasons
-from ..contract.cuda import MIN_CAPABILITY, parse_target, ptx_driver_needed, version_str
+from ..contract import reasons, targets
+from ..contract.cuda import MIN_CAPABILITY, ptx_driver_needed, version_str
 from ..contract.errors import ConfigError
 from ..contract.record import Record
 
@@ -58,8 +60,8 @@ FALLBACK_PRIORITY: tuple[str, ...] = (
 
 
 class Candidate(Record):
-    __slots__ = ("variant", "cuda", "accepted", "code", "reason", "tier", "artifact")
-    _defaults: ClassVar[dict[str, Any]] = {"artifact": None}
+    __slots__ = ("variant", "cuda", "accepted", "code", "reason", "tier", "artifact", "specificity")
+    _defaults: ClassVar[dict[str, Any]] = {"artifact": None, "specificity": 9}
     variant: str
     cuda: str | None  # None for the CPU backend
     accepted: bool
@@ -67,6 +69,7 @@ class Candidate(Record):
     reason: str
     tier: int
     artifact: Artifact | None
+    specificity: int  # the kind of the target that serves (targets.Kind.specificity): sm_90a before sm_90
 
     @property
     def label(self) -> str:
@@ -106,29 +109,23 @@ class Decision(Record):
         return first if first.code == reasons.FORCED else None
 
 
-def _sass_tier(artifact: Artifact, cc: tuple[int, int]) -> tuple[int, str] | None:
-    best: tuple[int, int, str] | None = None  # (tier, -minor, target)
-    for target in artifact.sass:
-        major, minor, specific = parse_target(target)
-        if (major, minor) == cc:
-            best = min(best or (TIER_REJECTED, 0, ""), (TIER_EXACT_SASS, -minor, target))
-        elif major == cc[0] and minor < cc[1] and not specific:
-            best = min(best or (TIER_REJECTED, 0, ""), (TIER_LOWER_MINOR_SASS, -minor, target))
-    return (best[0], best[2]) if best else None
+def _sass_match(artifact: Artifact, cc: tuple[int, int]) -> tuple[int, int, str] | None:
+    """The artifact's best SASS for ``cc`` by the contract's rules (targets.runs_on): (tier, specificity,
+    target), exact before a lower minor, the narrower kind first (sm_90a before sm_90), the higher minor first."""
+    best: tuple[int, int, int, str] | None = None  # (tier, specificity, -minor, target)
+    for text in artifact.sass:
+        t = targets.parse(text)
+        if targets.runs_on(t, cc):
+            tier = TIER_EXACT_SASS if t.cc == cc else TIER_LOWER_MINOR_SASS
+            key = (tier, t.kind.specificity, -t.minor, text)
+            best = key if best is None or key < best else best
+    return (best[0], best[1], best[3]) if best else None
 
 
 def _why_no_sass(artifact: Artifact, cc: tuple[int, int]) -> str:
     if not artifact.sass:
         return "no SASS"
-    parts = []
-    for target in artifact.sass:
-        major, minor, specific = parse_target(target)
-        if major != cc[0]:
-            parts.append(f"{target} SASS cannot run on CC {cc[0]}.{cc[1]}: different major")
-        elif specific:
-            parts.append(f"{target} SASS runs only on exactly CC {major}.{minor}")
-        else:
-            parts.append(f"{target} SASS needs CC >= {major}.{minor}")
+    parts = [targets.why_not(targets.parse(t), cc) for t in artifact.sass]
     return "; ".join(parts[:3]) + ("; ..." if len(parts) > 3 else "")
 
 
@@ -138,8 +135,8 @@ def judge(artifact: Artifact, cc: tuple[int, int], driver: int) -> Candidate:
     def reject(code: str, why: str) -> Candidate:
         return Candidate(artifact.variant, artifact.cuda, False, code, why, TIER_REJECTED, artifact)
 
-    def accept(tier: int, why: str) -> Candidate:
-        return Candidate(artifact.variant, artifact.cuda, True, reasons.OK, why, tier, artifact)
+    def accept(tier: int, why: str, specificity: int) -> Candidate:
+        return Candidate(artifact.variant, artifact.cuda, True, reasons.OK, why, tier, artifact, specificity)
 
     if driver < artifact.min_driver:
         return reject(
@@ -147,15 +144,13 @@ def judge(artifact: Artifact, cc: tuple[int, int], driver: int) -> Candidate:
             f"built with the CUDA {artifact.cuda_version} runtime, which needs a driver for CUDA "
             f">= {version_str(artifact.min_driver)}; the driver is {version_str(driver)}",
         )
-    sass = _sass_tier(artifact, cc)
+    sass = _sass_match(artifact, cc)
     if sass:
-        tier, target = sass
-        return accept(tier, f"{TIERS[tier].name} {target} for CC {cc[0]}.{cc[1]}")
+        tier, specificity, target = sass
+        return accept(tier, f"{TIERS[tier].name} {target} for CC {cc[0]}.{cc[1]}", specificity)
     no_sass = _why_no_sass(artifact, cc)
-    for target in artifact.ptx:
-        major, minor, _ = parse_target(target)
-        if (major, minor) > cc:
-            continue
+    ptx = [t for t in map(targets.parse, artifact.ptx) if targets.runs_on(t, cc)]
+    for t in sorted(ptx, key=lambda t: (t.kind.specificity, -t.major, -t.minor)):
         need = ptx_driver_needed(artifact.ptx_isa)
         if need is None or driver < need:
             shown = f"CUDA {version_str(need)}" if need else "a newer CUDA than this cuplug knows"
@@ -165,16 +160,17 @@ def judge(artifact: Artifact, cc: tuple[int, int], driver: int) -> Candidate:
             )
         return accept(
             TIER_PTX,
-            f"PTX {target} (ISA {artifact.ptx_isa}) JIT-compiled for CC {cc[0]}.{cc[1]}; first launch pays the JIT",
+            f"PTX {t.text} (ISA {artifact.ptx_isa}) JIT-compiled for CC {cc[0]}.{cc[1]}; first launch pays the JIT",
+            t.kind.specificity,
         )
-    ptx = f"; PTX {', '.join(artifact.ptx)} needs a higher CC" if artifact.ptx else "; no PTX"
-    return reject(reasons.NO_COMPATIBLE_ARTIFACT, no_sass + ptx)
+    why_ptx = "; ".join(targets.why_not(targets.parse(p), cc) for p in artifact.ptx) if artifact.ptx else "no PTX"
+    return reject(reasons.NO_COMPATIBLE_ARTIFACT, f"{no_sass}; {why_ptx}")
 
 
 def _order_key(c: Candidate) -> tuple[object, ...]:
     a = c.artifact
     cuda_version = tuple(int(p) for p in a.cuda_version.split(".")) if a else (0,)
-    return (c.tier, tuple(-p for p in cuda_version), a.size if a else 0, c.variant, c.cuda or "")
+    return (c.tier, c.specificity, tuple(-p for p in cuda_version), a.size if a else 0, c.variant, c.cuda or "")
 
 
 def cpu_candidate(code: str = reasons.OK, reason: str = "CPU backend: always available") -> Candidate:

@@ -27,13 +27,19 @@ def test_seconds_per_variant_come_from_ninjas_log(tmp_path):
     assert got == pytest.approx(want)  # two objects and a link for the fatbin; nothing built for sm80
 
 
-def test_only_this_builds_lines_count(tmp_path):
+def test_only_this_builds_lines_count_even_after_ninja_recompacted_its_log(tmp_path):
     log = tmp_path / ".ninja_log"
+    built_at = 1796478144727891124  # the fatbin's outputs' mtime (ns): this build started just before them
     log.write_text(LOG)
-    since = log.stat().st_size
+    assert artifacts.ninja_times(tmp_path, built_at, ["fatbin", "ptx", "sm80"]) == pytest.approx(
+        {"fatbin": 18.190 + 8.998 + 0.052, "ptx": 0.0, "sm80": 0.0}
+    )
+    # a recompacted log (Ninja rewrites it once it has grown): only the last entry of each output, in any order
+    log.write_text("# ninja log v5\n" + "\n".join(reversed(LOG.splitlines()[1:])) + "\n")
+    assert artifacts.ninja_times(tmp_path, built_at, ["fatbin"]) == pytest.approx({"fatbin": 18.190 + 8.998 + 0.052})
     with log.open("a") as fh:
-        fh.write("100\t2100\t1\tCMakeFiles/cuplug_vector_sm80.dir/cuda/vector.cu.o\tff\n")
-    assert artifacts.ninja_times(tmp_path, since, ["fatbin", "sm80"]) == {"fatbin": 0.0, "sm80": 2.0}
+        fh.write(f"100\t2100\t{built_at + 10**9}\tCMakeFiles/cuplug_vector_sm80.dir/cuda/vector.cu.o\tff\n")
+    assert artifacts.ninja_times(tmp_path, built_at + 10**9, ["fatbin", "sm80"]) == {"fatbin": 0.0, "sm80": 2.0}
     assert artifacts.ninja_times(tmp_path / "nowhere", 0, ["sm80"]) == {"sm80": 0.0}
 
 

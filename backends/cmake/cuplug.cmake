@@ -365,9 +365,15 @@ function(_cuplug_variant_archs out_var matrix variant toolkit_archs)
       endif()
     endif()
     foreach(_a IN LISTS _list)
-      if(NOT _a IN_LIST toolkit_archs)
+      # 90 (sm_90), 90a (arch-specific, CUDA >= 12.0), 100f (family, CUDA >= 12.9): contract/targets.py
+      string(REGEX REPLACE "[af]$" "" _num "${_a}")
+      if(NOT _num IN_LIST toolkit_archs)
         message(FATAL_ERROR "cuplug: variant '${variant}' names arch ${_a}, which this nvcc "
                             "(${CMAKE_CUDA_COMPILER_VERSION}) does not support: ${toolkit_archs}")
+      endif()
+      if(_a MATCHES "f$" AND CMAKE_CUDA_COMPILER_VERSION VERSION_LESS 12.9)
+        message(FATAL_ERROR "cuplug: variant '${variant}' names the family target ${_a}, which needs CUDA >= 12.9 "
+                            "(this nvcc is ${CMAKE_CUDA_COMPILER_VERSION})")
       endif()
       if(_kind STREQUAL "sass")
         list(APPEND _result "${_a}-real")

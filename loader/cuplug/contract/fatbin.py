@@ -18,7 +18,9 @@ The section holds one or more containers, each 8-byte aligned::
         +24 u16 minor, u16 major  code version: the PTX ISA for PTX entries ([8,4] -> "8.4"),
                                    the cubin ELF ABI for ELF entries
         +28 u32 arch            SM number: 75 -> sm_75 / compute_75
-        +40 u64 flags           0x1 64-bit, 0x10 Linux host, 0x2000/0x8000 compressed payload
+        +40 u64 flags           0x1 64-bit, 0x10 Linux host, 0x2000/0x8000 compressed payload,
+                                0x100000 arch-specific code (sm_90a, compute_90a), 0x200000 family code
+                                (sm_100f, compute_100f): cuobjdump's "arch = sm_90a" comes from these two
 
 Payloads are never decompressed: the facts cuplug needs (kind, arch, ISA) are
 in the entry headers, so parsing is a walk over a few dozen headers.
@@ -32,6 +34,9 @@ from .record import Record
 
 MAGIC = 0xBA55ED50
 KIND_PTX, KIND_ELF = 1, 2
+FLAG_ARCH_SPECIFIC, FLAG_FAMILY = 0x100000, 0x200000  # measured: CUDA 12.4 (sm_90a) and 13.0 (sm_90a, sm_100a/f)
+_FLAGS = struct.Struct("<Q")
+_FLAGS_AT = 40
 _CONTAINER = struct.Struct("<IHHQ")
 _ENTRY = struct.Struct("<HHIQIIHHI")
 
@@ -41,16 +46,17 @@ class FatbinError(ValueError):
 
 
 class Entry(Record):
-    __slots__ = ("kind", "arch", "version", "compressed", "payload_size")
+    __slots__ = ("kind", "arch", "version", "compressed", "payload_size", "suffix")
     kind: int
     arch: int
     version: tuple[int, int]  # (major, minor)
     compressed: bool
     payload_size: int
+    suffix: str  # "a" (arch-specific), "f" (family) or ""
 
     @property
     def target(self) -> str:
-        return f"{'compute' if self.kind == KIND_PTX else 'sm'}_{self.arch}"
+        return f"{'compute' if self.kind == KIND_PTX else 'sm'}_{self.arch}{self.suffix}"
 
 
 class DeviceCode(Record):
@@ -83,7 +89,9 @@ def parse(section: bytes) -> list[Entry]:
             kind, _ver, ehs, psize, csize, _opt, minor, major, arch = _ENTRY.unpack_from(section, pos)
             if ehs < _ENTRY.size or pos + ehs + psize > end:
                 raise FatbinError(f"offset {pos}: entry header {ehs} B + payload {psize} B exceed the container")
-            entries.append(Entry(kind, arch, (major, minor), csize != 0, psize))
+            flags = _FLAGS.unpack_from(section, pos + _FLAGS_AT)[0] if ehs >= _FLAGS_AT + _FLAGS.size else 0
+            suffix = "a" if flags & FLAG_ARCH_SPECIFIC else "f" if flags & FLAG_FAMILY else ""
+            entries.append(Entry(kind, arch, (major, minor), csize != 0, psize, suffix))
             pos += ehs + psize
         off = (end + 7) & ~7
     if not entries:
@@ -94,14 +102,14 @@ def parse(section: bytes) -> list[Entry]:
 def device_code(section: bytes) -> DeviceCode:
     """SASS and PTX targets and the PTX ISA of a section (several ISAs: FatbinError)."""
     entries = parse(section)
-    sass = sorted({e.arch for e in entries if e.kind == KIND_ELF})
-    ptx = sorted({e.arch for e in entries if e.kind == KIND_PTX})
+    sass = sorted({(e.arch, e.suffix) for e in entries if e.kind == KIND_ELF})
+    ptx = sorted({(e.arch, e.suffix) for e in entries if e.kind == KIND_PTX})
     isas = sorted({e.version for e in entries if e.kind == KIND_PTX})
     if len(isas) > 1:
         raise FatbinError(f"PTX of several ISA versions: {isas}")
     return DeviceCode(
-        tuple(f"sm_{a}" for a in sass),
-        tuple(f"compute_{a}" for a in ptx),
+        tuple(f"sm_{a}{x}" for a, x in sass),
+        tuple(f"compute_{a}{x}" for a, x in ptx),
         f"{isas[0][0]}.{isas[0][1]}" if isas else None,
         tuple(entries),
     )

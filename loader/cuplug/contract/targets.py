@@ -162,18 +162,23 @@ def buildable(target: Target, cuda_version: int, listed: frozenset[str]) -> str 
     return None
 
 
-def describe(targets: list[str] | tuple[str, ...]) -> str:
-    """What a set of SASS/PTX targets supports, for people: 'CC 7.5-7.x, 9.0 exactly (sm_90a), PTX >= 7.5'."""
-    parts = []
-    for text in targets:
-        t = parse(text)
+def describe(texts: list[str] | tuple[str, ...]) -> str:
+    """What a set of SASS/PTX targets serves, for people: '7.5-7.x, 8.0-8.x, 8.7, 9.0 exactly (sm_90a), 10.0-10.x
+    family (sm_100f), PTX >= 7.5' (plain desktop SASS: the lowest minor of each major says it)."""
+    parts: list[str] = []
+    lowest: dict[int, int] = {}
+    for t in sorted(map(parse, texts), key=lambda t: (t.kind.image == "ptx", t.cc, t.kind.specificity)):
+        if t.kind.image == "sass" and not t.kind.suffix and t.cc not in TEGRA:
+            if t.major in lowest:
+                continue
+            lowest[t.major] = t.minor
         cc = f"{t.major}.{t.minor}"
         if t.kind.suffix == "a":
-            parts.append(f"{cc} exactly ({text})")
+            parts.append(f"{cc} exactly ({t.text})")
         elif t.kind.suffix == "f":
-            parts.append(f"{t.major}.{t.minor}-{t.major}.x family ({text})")
-        elif t.kind.image == "sass":
-            parts.append(f"{cc}" if t.cc in TEGRA else f"{cc}-{t.major}.x")
-        else:
+            parts.append(f"{cc}-{t.major}.x family ({t.text})")
+        elif t.kind.image == "ptx":
             parts.append(f"PTX >= {cc}")
+        else:
+            parts.append(cc if t.cc in TEGRA else f"{cc}-{t.major}.x")
     return ", ".join(parts)

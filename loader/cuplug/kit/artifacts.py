@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from cuplug.contract import abi, manifest
+from cuplug.contract import abi, manifest, targets
 from cuplug.contract.cuda import ptx_driver_needed, runtime_min_driver
 from cuplug.contract.elfarch import file_arch
 from cuplug.contract.manifest import Artifact
@@ -70,26 +70,46 @@ def toolkit_archs(tc: Toolchain) -> list[int]:
     return sorted({int(a) for a in re.findall(r"compute_(\d+)", out)})
 
 
-def expected_targets(matrix: dict, variant: str, archs: list[int]) -> tuple[list[str], list[str]]:
-    """What a variant must contain: (sass, ptx) names, from the matrix and the toolkit's arch list."""
+def expected_targets(
+    matrix: dict, variant: str, archs: list[int], cuda_version: str | None = None
+) -> tuple[list[str], list[str]]:
+    """What a variant must contain: (sass, ptx) names, from the matrix and the toolkit's arch list. A listed arch
+    may carry the contract's suffix (90a, 100f); one the toolkit cannot build is refused with the fix
+    (contract/targets.buildable: an arch a newer CUDA renamed or dropped, a kind too new for it)."""
     if variant not in matrix["variants"]:
         raise BuildError(f"unknown variant {variant!r}; the matrix has {sorted(matrix['variants'])}")
     spec = matrix["variants"][variant]
-    usable = [a for a in archs if a >= int(matrix["min_arch"])]
+    usable = [str(a) for a in archs if a >= int(matrix["min_arch"])]
+    listed = frozenset(str(a) for a in archs)
+    version = _version_number(cuda_version) if cuda_version else None
 
-    def expand(value: object, kind: str) -> list[int]:
+    def expand(value: object, kind: str) -> list[str]:
         if value == "all":
             return usable
         if value == "newest":
             return usable[-1:]
         if not isinstance(value, list):
             raise BuildError(f"variant {variant}: {kind} = {value!r} (use a list, 'all' or 'newest')")
+        prefix = "sm" if kind == "sass" else "compute"
         for a in value:
-            if int(a) not in archs:
-                raise BuildError(f"variant {variant}: arch {a} is not supported by this nvcc (it has {archs})")
-        return [int(a) for a in value]
+            try:
+                target = targets.parse(f"{prefix}_{a}")
+            except ValueError as exc:
+                raise BuildError(f"variant {variant}: {kind} lists {a!r}: {exc}") from None
+            why = targets.buildable(target, version, listed) if version else None
+            if why is None and target.number.rstrip("af") not in listed:
+                why = f"this toolkit does not list {target.number.rstrip('af')} (it has {sorted(archs)})"
+            if why:
+                raise BuildError(f"variant {variant}: {why}")
+        return [str(a) for a in value]
 
     return ([f"sm_{a}" for a in expand(spec["sass"], "sass")], [f"compute_{a}" for a in expand(spec["ptx"], "ptx")])
+
+
+def _version_number(version: str) -> int:
+    """'12.4' -> 12040 (cudaRuntimeGetVersion's form)."""
+    major, _, minor = version.partition(".")
+    return int(major) * 1000 + int(minor or 0) * 10
 
 
 def build_summary(ninja_output: str) -> str:
@@ -115,19 +135,19 @@ HEAVY_REMEDIES = (
 )
 
 
-def ninja_times(build_dir: Path, since: int, variants: list[str]) -> dict[str, float]:
-    """Seconds of compiling and linking per variant in the build that appended to ``.ninja_log`` after byte
-    ``since``: read from Ninja's own log (start and end of every output, milliseconds), never timed here."""
+def ninja_times(build_dir: Path, since_ns: int, variants: list[str]) -> dict[str, float]:
+    """Seconds of compiling and linking per variant in the build that started at ``since_ns`` (time.time_ns()):
+    read from Ninja's own log (start and end of every output in milliseconds, and the output's mtime in
+    nanoseconds: an entry whose output is older than the build is an earlier build's), never timed here. Not by
+    the log's length: Ninja recompacts the log when it has grown, and a byte offset then points past it (issue
+    33's sm90a variant, built while the log was recompacted, read as 0 s)."""
     log = build_dir / ".ninja_log"
     times = dict.fromkeys(variants, 0.0)
     if not log.is_file():
         return times
-    with log.open("rb") as fh:
-        fh.seek(since)
-        lines = fh.read().decode(errors="replace").splitlines()
-    for line in lines:
+    for line in log.read_bytes().decode(errors="replace").splitlines():
         parts = line.split("\t")
-        if len(parts) < 4 or not parts[0].isdigit() or not parts[1].isdigit():
+        if len(parts) < 4 or not all(p.isdigit() for p in parts[:3]) or int(parts[2]) < since_ns:
             continue
         output = parts[3]
         for variant in variants:  # an object of target cuplug_<name>_<variant>, or <variant>/lib...so
@@ -191,8 +211,8 @@ def describe(spec: BuildSpec, variant: str, matrix: dict, archs: list[int]) -> A
     if not so.is_file():
         raise BuildError(f"{tc.major}/{variant}: {so} was not built")
     sass, ptx, isa = read_device_code(tc, so)
-    want_sass, want_ptx = expected_targets(matrix, variant, archs)
-    if (sass, ptx) != (sorted(want_sass, key=lambda t: int(t[3:])), want_ptx):
+    want_sass, want_ptx = expected_targets(matrix, variant, archs, tc.version)
+    if (sass, ptx) != (sorted(want_sass, key=devicecode._arch_key), sorted(want_ptx, key=devicecode._arch_key)):
         raise BuildError(
             f"{tc.major}/{variant}: built file holds SASS {sass} PTX {ptx}, "
             f"the matrix declares SASS {want_sass} PTX {want_ptx} (the architectures come from the matrix: "
@@ -236,11 +256,12 @@ def build_backend(spec: BuildSpec) -> Path:
     matrix = load_matrix(spec.matrix)
     variants = sorted(matrix["variants"])
     archs = toolkit_archs(tc)
+    for variant in variants:  # a target this toolkit cannot build is named before CMake runs
+        expected_targets(matrix, variant, archs, tc.version)
     t0 = time.perf_counter()
-    log = spec.build_dir / ".ninja_log"
-    since = log.stat().st_size if log.is_file() else 0
+    since_ns = time.time_ns() // 1_000_000_000 * 1_000_000_000  # whole seconds: coarse file timestamps count too
     spec.log(f"{tc.major}: {configure_and_build(spec, variants, archs)}")
-    seconds = ninja_times(spec.build_dir, since, variants)
+    seconds = ninja_times(spec.build_dir, since_ns, variants)
     artifacts, report, warnings = [], {}, []
     for variant in variants:
         art = describe(spec, variant, matrix, archs)

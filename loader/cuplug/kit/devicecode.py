@@ -84,7 +84,7 @@ def _with_reader_sizes(so: Path, images: list[Image]) -> list[Image]:
     except fatbin.FatbinError as exc:
         raise BuildError(f"{so}: cuplug's fatbin reader (cuplug inspect) cannot read it: {exc}") from exc
     seen = [e.target for e in entries]
-    listed = [re.sub(r"[af]$", "", im.target) for im in images]
+    listed = [im.target for im in images]  # with cuobjdump's a/f: the reader must tell them apart too
     if seen != listed:
         raise BuildError(f"{so}: cuobjdump lists images {listed}, cuplug's fatbin reader {seen}")
     return [dataclasses.replace(im, size=e.payload_size) for im, e in zip(images, entries, strict=True)]
@@ -170,8 +170,8 @@ def check_images(tc: Toolchain, so: Path, images: list[Image]) -> None:
         )
 
 
-def _arch_key(target: str) -> int:
-    return int(re.sub(r"\D", "", target))
+def _arch_key(target: str) -> tuple[int, str]:
+    return int(re.sub(r"\D", "", target)), target[-1] if target[-1] in "af" else ""
 
 
 def read_device_code(tc: Toolchain, so: Path) -> tuple[list[str], list[str], str | None]:

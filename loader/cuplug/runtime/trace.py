@@ -18,8 +18,8 @@ a line of the report. The JSON stays exact (JSON escapes what it must).
 
 from __future__ import annotations
 
-from ..contract import reasons
-from ..contract.cuda import capability_str, parse_target
+from ..contract import reasons, targets
+from ..contract.cuda import parse_target
 from ..contract.record import Record
 
 TYPE_CHECKING = False
@@ -258,8 +258,10 @@ class Trace:
         others = sorted({a.abi for a in artifacts} - {ABI_VERSION})  # what this loader speaks, and any other
         differ = f" (installed artifacts also: {', '.join(f'v{v}' for v in others)})" if others else ""
         row("backend ABI", f"v{ABI_VERSION}{differ}")
-        caps = sorted({t for a in artifacts for t in a.sass}, key=lambda t: parse_target(t)[:2])
-        row("supported capability", ", ".join(dict.fromkeys(capability_str(t) for t in caps)) or "-")
+        # what the installed device code serves, in the words of the contract's rules (contract/targets.py)
+        sass = sorted({t for a in artifacts for t in a.sass}, key=lambda t: parse_target(t))
+        ptx = sorted({t for a in artifacts for t in a.ptx}, key=lambda t: parse_target(t))[:1]  # the lowest serves most
+        row("supported capability", targets.describe([*sass, *ptx]) or "-")
         for pkg in self.packages:
             row(f"package {pkg.cuda}", pkg.directory + (f" ({pkg.error})" if pkg.error else ""))
         for r in self.refused:

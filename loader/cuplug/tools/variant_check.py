@@ -20,7 +20,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..contract.cuda import parse_target, version_str
+from ..contract import targets
+from ..contract.cuda import version_str
 from ..contract.manifest import ENTRY_POINT_GROUP
 from ..runtime import discovery
 
@@ -52,16 +53,14 @@ def _flat(props: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
-def _cc(value: str) -> tuple[int, int, str] | None:
-    """'90_real' / 'compute_75' / 'sm_90a' -> (9, 0, 'a'); None when not an arch."""
+def _target(value: str, prefix: str) -> targets.Target | None:
+    """'90_real' / '90a_real' -> sm_90 / sm_90a ('_virtual': compute_); 'sm_90a' as it is; None when not an arch."""
     for suffix in ("_real", "_virtual"):
         value = value.removesuffix(suffix)
-    target = value if value.startswith(("sm_", "compute_")) else f"sm_{value}"
     try:
-        major, minor, specific = parse_target(target)
+        return targets.parse(value if value.startswith(("sm_", "compute_")) else f"{prefix}_{value}")
     except ValueError:
         return None
-    return major, minor, target[-1] if specific else ""
 
 
 def _driver(value: str) -> int | None:
@@ -113,16 +112,16 @@ def check(
         ((label, props),) = doc["variants"].items()
         flat = _flat(props)
         feats = props.get("nvidia", {})
-        real = [c for c in map(_cc, [v for v in feats.get("sm_arch", []) if v.endswith("_real")]) if c]
-        virtual = [c for c in map(_cc, [v for v in feats.get("sm_arch", []) if v.endswith("_virtual")]) if c]
+        real = [t for v in feats.get("sm_arch", []) if v.endswith("_real") and (t := _target(v, "sm"))]
+        virtual = [t for v in feats.get("sm_arch", []) if v.endswith("_virtual") and (t := _target(v, "compute"))]
         bounds = [b for b in map(_driver, feats.get("cuda_version_lower_bound", [])) if b is not None]
         need = max(bounds) if bounds else None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         return VariantStatus(dist, version, None, (), "unreadable", f"{vpath}: {exc.__class__.__name__}: {exc}")
     if label == NULL_LABEL:  # zero properties by definition: judge by what the manifest lists
         sass, ptx, need = _facts_from_manifest(package_dir)
-        real = [c for c in map(_cc, sass) if c]
-        virtual = [c for c in map(_cc, ptx) if c]
+        real = [t for v in sass if (t := _target(v, "sm"))]
+        virtual = [t for v in ptx if (t := _target(v, "compute"))]
     what = f"variant {label}" + (f" ({', '.join(flat)})" if flat else " (no properties: PTX only)")
     if capability is None:
         return VariantStatus(dist, version, label, flat, "no-device", f"{what}; no CUDA device to check it against")
@@ -139,32 +138,29 @@ def check(
             "or update the driver",
             "another package or cpu",
         )  # fmt: skip
-    sass_ok = [
-        c for c in real if c[0] == capability[0] and c[1] <= capability[1] and (not c[2] or c[1] == capability[1])
-    ]
+    # the contract's rules (contract/targets.py), as the loader's selection applies them
+    sass_ok = [t for t in real if targets.runs_on(t, capability)]
     if sass_ok:
-        best = max(sass_ok)
-        exact = "exact" if best[1] == capability[1] else "same-major"
-        return VariantStatus(
-            dist, version, label, flat, "fits", f"{what}: {exact} SASS sm_{best[0]}{best[1]}{best[2]} for CC {cc}"
-        )
-    ptx_ok = [c for c in virtual if (c[0], c[1]) <= capability and not c[2]]
+        best = min(sass_ok, key=lambda t: (t.cc != capability, t.kind.specificity, -t.minor))
+        exact = "exact" if best.cc == capability else "same-major"
+        return VariantStatus(dist, version, label, flat, "fits", f"{what}: {exact} SASS {best.text} for CC {cc}")
+    ptx_ok = [t for t in virtual if targets.runs_on(t, capability)]
     if label == NULL_LABEL and ptx_ok:
-        p = max(ptx_ok)
+        p = max(ptx_ok, key=lambda t: t.cc)
         return VariantStatus(
             dist, version, label, flat, "fits",
-            f"{what}: PTX compute_{p[0]}{p[1]} JIT-compiled for CC {cc} (no variant wheel matched this machine "
+            f"{what}: PTX {p.text} JIT-compiled for CC {cc} (no variant wheel matched this machine "
             "when it was installed; `cuplug warmup` fills the JIT cache)",
-            f"ptx compute_{p[0]}{p[1]}",
+            f"ptx {p.text}",
         )  # fmt: skip
-    built_for = ", ".join(f"sm_{c[0]}{c[1]}{c[2]}" for c in real) or "no SASS"
+    built_for = ", ".join(t.text for t in real) or "no SASS"
     if ptx_ok:
-        p = max(ptx_ok)
+        p = max(ptx_ok, key=lambda t: t.cc)
         return VariantStatus(
             dist, version, label, flat, "fallthrough",
             f"{what} was chosen for another GPU: its {built_for} cannot run on CC {cc}; the loader falls through "
-            f"to its PTX compute_{p[0]}{p[1]} (JIT, slower first launch); {reinstall}",
-            f"ptx compute_{p[0]}{p[1]}",
+            f"to its PTX {p.text} (JIT, slower first launch); {reinstall}",
+            f"ptx {p.text}",
         )  # fmt: skip
     return VariantStatus(
         dist, version, label, flat, "no-fit",

@@ -369,26 +369,28 @@ def wheels(session: nox.Session) -> None:
 VARIANT_MATRIX = ROOT / "packaging" / "variant-wheels.json"
 
 
-def _variant_wheels(session: nox.Session, out: Path, arch: str = "x86_64") -> Path:
-    """Per CUDA major, from one build directory (VARIANT_MATRIX): the all-variant wheel, one PEP 825
-    variant wheel per dedicated SASS variant (+ PTX), the null variant (PTX) and the variants.json index."""
-    from cuplug.kit import artifacts, toolchain, variants, wheel
+def _matrix_backend_wheels(session: nox.Session, matrix: Path, build_name: str, out: Path, arch: str = "x86_64"):
+    """Per CUDA major, the backend built from ``matrix`` into build/<build_name>[-arch]/<major> and its
+    all-variant wheel, repaired, into ``out``; yields (major, build_dir, wheel keywords, summary) after each."""
+    from cuplug.kit import artifacts, toolchain, wheel
 
     sysroot = toolchain.install_sysroot(session.log, arch)
-    shutil.rmtree(out, ignore_errors=True)
     version = PROJECT["version"]
     for major in CUDA_MAJORS:
-        build_dir = ROOT / "build" / ("variant-backends" if arch == "x86_64" else f"variant-backends-{arch}") / major
+        build_dir = ROOT / "build" / (build_name if arch == "x86_64" else f"{build_name}-{arch}") / major
         tc = toolchain.install(major, session.log, arch)
-        spec = artifacts.BuildSpec(tc, ROOT / "backends", build_dir, matrix_path=VARIANT_MATRIX, sysroot=sysroot)
+        spec = artifacts.BuildSpec(tc, ROOT / "backends", build_dir, matrix_path=matrix, sysroot=sysroot)
         artifacts.build_backend(_with_session(spec, session))
         name = EXTRAS[major].partition("==")[0]
+        kw = {"name": name, "version": version, "requires": f"cuplug=={version}"}
+        summary = f"CUDA {major[4:]} variants of cuplug's vector backend"
         with tempfile.TemporaryDirectory() as tmp:
-            kw = {"name": name, "version": version, "requires": f"cuplug=={version}"}
-            summary = f"CUDA {major[4:]} variants of cuplug's vector backend"
             raw = wheel.build_backend_wheel(build_dir, Path(tmp), summary=summary, tag=wheel.raw_tag(arch), **kw)
             wheel.repair_wheel(raw, out, run=session.run, plat=wheel.target_plat(arch))
-            variants.build_variant_wheels(build_dir, out, summary=summary, run=session.run, log=session.log, **kw)
+        yield major, build_dir, kw, summary
+
+
+def _check_wheels(session: nox.Session, out: Path) -> None:
     session.run(
         "python",
         "-m",
@@ -397,7 +399,35 @@ def _variant_wheels(session: nox.Session, out: Path, arch: str = "x86_64") -> Pa
         *map(str, sorted(out.glob("*.whl"))),
         env={"PYTHONPATH": str(ROOT / "loader")},
     )
+
+
+def _variant_wheels(session: nox.Session, out: Path, arch: str = "x86_64") -> Path:
+    """Per CUDA major, from one build directory (VARIANT_MATRIX): the all-variant wheel, one PEP 825
+    variant wheel per dedicated SASS variant (+ PTX), the null variant (PTX) and the variants.json index."""
+    from cuplug.kit import variants
+
+    shutil.rmtree(out, ignore_errors=True)
+    for _major, build_dir, kw, summary in _matrix_backend_wheels(session, VARIANT_MATRIX, "variant-backends", out, arch):
+        variants.build_variant_wheels(build_dir, out, summary=summary, run=session.run, log=session.log, **kw)
+    _check_wheels(session, out)
     return out
+
+
+# Hopper's arch-specific build (issue 33): the vector backend with sm_90a beside sm_90, for an H100/H200.
+HOPPER_MATRIX = ROOT / "packaging" / "hopper.json"
+
+
+@nox.session
+def hopper_wheels(session: nox.Session) -> None:
+    """dist-hopper/: both backend wheels built from packaging/hopper.json (sm90a, sm90, fatbin, ptx): an
+    arch-specific variant beside the plain one, as a Hopper kernel library ships them (the GPU machine's
+    tests/test_gpu_targets.py installs them beside dist/'s cuplug wheel)."""
+    session.install(*BUILD_TOOLS)
+    out = ROOT / "dist-hopper"
+    shutil.rmtree(out, ignore_errors=True)
+    for _ in _matrix_backend_wheels(session, HOPPER_MATRIX, "hopper-backends", out):
+        pass
+    _check_wheels(session, out)
 
 
 @nox.session

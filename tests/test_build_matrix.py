@@ -250,3 +250,22 @@ def test_the_kits_old_name_is_an_alias_of_it():
     assert cuplug.build.gate is cuplug.kit.gate and toolchain is sys.modules["cuplug.kit.toolchain"]
     out = subprocess.run([sys.executable, "-m", "cuplug.build", "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "toolchain" in out.stdout and "variants" in out.stdout
+
+
+def test_a_target_the_toolkit_cannot_build_is_named_with_its_fix():
+    """A matrix may list the contract's kinds (90a, 100f); what a toolkit cannot build is refused before CMake
+    runs, with the fix (contract/targets.buildable)."""
+
+    def variant(*sass: str) -> dict:
+        return {**MATRIX, "variants": {"v": {"sass": list(sass), "ptx": []}}}
+
+    assert artifacts.expected_targets(variant("90a", "100f"), "v", CUDA13_ARCHS, "13.0") == (["sm_90a", "sm_100f"], [])
+    cases = [
+        (variant("101"), "13.0", "CUDA 13 renamed sm_101 to sm_110; declare sm_110"),
+        (variant("100f"), "12.4", "sm_XXf targets need CUDA >= 12.9"),
+        (variant("72"), "13.0", "CUDA 13 compiles for CC >= 7.5 only"),
+        (variant("90b"), "13.0", "not a CUDA target"),
+    ]
+    for matrix, version, why in cases:
+        with pytest.raises(artifacts.BuildError, match=re.escape(why)):
+            artifacts.expected_targets(matrix, "v", [*CUDA13_ARCHS, 101], version)

@@ -114,7 +114,7 @@ def test_a_gpu_newer_than_every_sass_falls_to_ptx_or_names_the_driver():
         ("sm_110", 12040, {"90"}, "calls it sm_101"),
         ("sm_70", 13000, {"75"}, "CUDA 13 compiles for CC >= 7.5 only"),
         ("sm_70", 12040, {"70", "75"}, None),
-        ("sm_89", 13000, {"75", "80"}, "this toolkit does not list 89"),
+        ("sm_89", 13000, {"75", "80"}, "arch 89 is not supported by this nvcc"),
     ],
 )
 def test_what_a_toolkit_can_build_and_the_fix_when_it_cannot(target, cuda, listed, why):

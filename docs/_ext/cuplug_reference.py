@@ -32,9 +32,17 @@ def codes() -> str:
 
 
 def selection() -> str:
+    from cuplug.contract import targets
     from cuplug.runtime import select
 
     tiers = "\n".join(f"| {t.number} | {t.name} | {t.rule} |" for t in select.TIERS)
+    kinds = "\n".join(
+        f"| `{k.name}` | {k.image.upper()} | {k.rule} | {k.since_cuda // 1000}.{k.since_cuda % 1000 // 10} | "
+        f"{k.specificity} | {k.source} |"
+        for k in targets.KINDS
+    )
+    sources = (targets.__doc__ or "").split("Sources:", 1)[-1].strip()
+    tegra = ", ".join(f"{a}.{b}" for a, b in sorted(targets.TEGRA))
     fallback = ", ".join(f"`{c}`" for c in select.FALLBACK_PRIORITY)
     return (
         "# Selection order\n\n"
@@ -47,7 +55,22 @@ def selection() -> str:
         "Within a tier: the newer CUDA toolkit first (its runtime has the later fixes), then the smaller "
         "file, then the variant name. Artifacts whose runtime needs a newer driver than the one present are "
         "rejected first (`driver-too-old`). When every CUDA artifact is rejected, the decision names the "
-        f"first of {fallback} found among the rejections.\n"
+        f"first of {fallback} found among the rejections.\n\n"
+        "## Which GPU a target runs on\n\n"
+        "One table (`cuplug.contract.targets.KINDS`) drives the build kit (a target a toolkit cannot build is "
+        "refused with the fix), the selection above, `cuplug inspect` (the fatbin reader reads `a`/`f` images), "
+        "the variant wheels' properties and doctor's *supported capability* line. Between two targets that "
+        "serve a device in one tier, the lower *preference* is tried first (an `sm_90a` variant before a "
+        "fatbin's `sm_90`).\n\n"
+        "| target | code | runs on | CUDA >= | preference | source |\n| --- | --- | --- | --- | --- | --- |\n"
+        f"{kinds}\n\n"
+        f"Tegra GPUs (CC {tegra}) take only SASS of exactly their CC. Renamed: "
+        + ", ".join(f"sm_{o} -> sm_{n} from CUDA {v // 1000}" for o, n, v in targets.RENAMED)
+        + "; oldest CC each toolkit compiles for: "
+        + ", ".join(f"CUDA {m}: {a}.{b}" for m, (a, b) in sorted(targets.OLDEST_BY_MAJOR.items()))
+        + ".\n\nSources:\n\n```text\n"
+        + sources
+        + "\n```\n"
     )
 
 

@@ -158,7 +158,7 @@ def buildable(target: Target, cuda_version: int, listed: frozenset[str]) -> str 
         need = f"{kind.since_cuda // 1000}.{kind.since_cuda % 1000 // 10}"
         return f"{target.text}: {kind.name} targets need CUDA >= {need}; this toolkit is {cuda_version // 1000}.{cuda_version % 1000 // 10}"
     if base not in listed:
-        return f"{target.text}: this toolkit does not list {base} (it has {', '.join(sorted(listed, key=int))})"
+        return f"{target.text}: arch {base} is not supported by this nvcc (it has {', '.join(sorted(listed, key=int))})"
     return None
 
 

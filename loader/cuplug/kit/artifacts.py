@@ -98,7 +98,7 @@ def expected_targets(
                 raise BuildError(f"variant {variant}: {kind} lists {a!r}: {exc}") from None
             why = targets.buildable(target, version, listed) if version else None
             if why is None and target.number.rstrip("af") not in listed:
-                why = f"this toolkit does not list {target.number.rstrip('af')} (it has {sorted(archs)})"
+                why = f"arch {target.number.rstrip('af')} is not supported by this nvcc (it has {sorted(archs)})"
             if why:
                 raise BuildError(f"variant {variant}: {why}")
         return [str(a) for a in value]

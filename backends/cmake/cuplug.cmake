@@ -7,7 +7,7 @@
 #       -> target cuplug_<name>_cpu, file libcuplug_<name>_cpu.so
 #   cuplug_add_cuda_backend(<name> SOURCES <files...> [VARIANTS <v...>] [MATRIX <json>]
 #       [INCLUDE_DIRS <dirs...>] [COMPILE_DEFINITIONS <defs...>] [CUDA_FLAGS <flags...>]
-#       [LINK_LIBRARIES <static libs...>] [OUT_TARGETS <var>])
+#       [LINK_LIBRARIES <static libs...>] [COMPONENTS <cublas|curand...>] [OUT_TARGETS <var>])
 #       -> one target cuplug_<name>_<variant> per variant, each file
 #          <build>/<variant>/libcuplug_<name>.so; OUT_TARGETS receives their names
 #
@@ -17,7 +17,10 @@
 # need no edit here. Every backend exports only cuplug_backend_* (version
 # script), builds position-independent with hidden visibility, and links the
 # static CUDA runtime only; LINK_LIBRARIES takes static libraries only (a shared
-# one is refused at configure time). Each .cu is compiled whole-program into its
+# one is refused at configure time). The one exception is a toolchain component the
+# project file declares ([tool.cuplug] components = ["cublas"]): the kit installs
+# NVIDIA's wheel and passes CUPLUG_COMPONENTS, this file makes cuplug::<name>, and
+# COMPONENTS <name> links it with an RPATH into site-packages (docs/build-kit.md). Each .cu is compiled whole-program into its
 # own fat binary (no separable compilation, no device link) and the library is
 # linked by the host C++ driver. CUPLUG_SYSROOT (optional) links against an old
 # glibc sysroot so the wheel gets an old manylinux tag.
@@ -64,6 +67,36 @@ function(_cuplug_stage_kit out_var)
 endfunction()
 
 _cuplug_stage_kit(_cuplug_staged)
+
+# The toolchain components the project file declares, installed by `python -m cuplug.kit variants`
+# (loader/cuplug/kit/components.py): one INTERFACE target cuplug::<name> each, with the component's
+# headers, its shared libraries by soname (-l:libcublas.so.13) and -rpath-link for their own NEEDED.
+# Its RPATH (into site-packages, where NVIDIA's wheel installs) is set on each target that links it.
+set(CUPLUG_COMPONENTS "" CACHE STRING "toolchain components declared by the project file (set by cuplug.kit)")
+set(_cuplug_component_names cublas curand)
+foreach(_c IN LISTS CUPLUG_COMPONENTS)
+  if(NOT _c IN_LIST _cuplug_component_names)
+    message(FATAL_ERROR "cuplug: unknown component '${_c}' (cuplug offers: ${_cuplug_component_names})")
+  endif()
+  if(NOT TARGET cuplug::${_c})
+    add_library(cuplug::${_c} INTERFACE IMPORTED)
+    set(_libs "")
+    foreach(_so IN LISTS CUPLUG_COMPONENT_${_c}_LIBRARIES)
+      list(APPEND _libs "-l:${_so}")
+    endforeach()
+    set_target_properties(cuplug::${_c} PROPERTIES
+      INTERFACE_INCLUDE_DIRECTORIES "${CUPLUG_COMPONENT_${_c}_INCLUDE_DIR}"
+      INTERFACE_LINK_DIRECTORIES "${CUPLUG_COMPONENT_${_c}_LIBRARY_DIR}"
+      INTERFACE_LINK_OPTIONS "LINKER:-rpath-link,${CUPLUG_COMPONENT_${_c}_LIBRARY_DIR}"
+      INTERFACE_LINK_LIBRARIES "${_libs}")
+    set_property(GLOBAL APPEND PROPERTY _CUPLUG_COMPONENT_TARGETS cuplug::${_c})
+  endif()
+endforeach()
+
+# The message for a component that is used but not declared.
+function(_cuplug_undeclared_component out_var where component)
+  set(${out_var} "${where}: the component '${component}' is not declared. Declare it in the backend's project file (pyproject.toml: [tool.cuplug] components = [\"${component}\"]) and build with `python -m cuplug.kit variants`: the kit installs NVIDIA's pinned wheel, and the backend wheel then requires it and finds it through an RPATH into site-packages (docs/build-kit.md)." PARENT_SCOPE)
+endfunction()
 # For projects that want the ABI headers on a target of their own (a normal
 # variable of the directory that found cuplug, never a cache entry).
 set(CUPLUG_INCLUDE_DIRS "${_cuplug_staged}/include" "${_cuplug_staged}/common")
@@ -91,6 +124,14 @@ function(_cuplug_refuse_shared where items)
       continue()  # directory markers; other generator expressions are not followed
     endif()
     list(APPEND _seen "${_item}")
+    get_property(_declared GLOBAL PROPERTY _CUPLUG_COMPONENT_TARGETS)
+    if(_item IN_LIST _declared)
+      continue()  # a declared component: linked by soname, required by the wheel, found through its RPATH
+    endif()
+    if(_item MATCHES "^cuplug::(.+)$")
+      _cuplug_undeclared_component(_msg "${where}" "${CMAKE_MATCH_1}")
+      message(FATAL_ERROR "${_msg}")
+    endif()
     set(_shared FALSE)
     set(_detail "")  # why it is shared, for the message
     string(REGEX REPLACE "^CUDA::" "" _base "${_item}")
@@ -177,6 +218,9 @@ function(_cuplug_refuse_shared where items)
         set(_fix "It is the NVIDIA driver: cuplug finds and loads it at run time, and the static CUDA runtime reaches it by itself; never link it.")
       elseif(_base STREQUAL "cudart")
         set(_fix "The static CUDA runtime is linked already (CUDA_RUNTIME_LIBRARY Static): drop it.")
+      elseif(_base MATCHES "^(cublas|cublasLt|curand)$")
+        string(REGEX REPLACE "^cublasLt$" "cublas" _component "${_base}")
+        set(_fix "Use the _static variant: CUDA::${_base}_static (lib${_base}_static.a), where the toolkit has it; or declare cuplug's component '${_component}' (pyproject.toml: [tool.cuplug] components = [\"${_component}\"]; cuplug_add_cuda_backend(... COMPONENTS ${_component})): NVIDIA's wheel, required by the backend wheel (docs/build-kit.md).")
       elseif(_base MATCHES "${_cuda_re}")
         set(_fix "Use the _static variant: CUDA::${_base}_static (lib${_base}_static.a).")
       else()
@@ -190,10 +234,28 @@ endfunction()
 # Checked at the end of the calling directory, after any target_*() call on the
 # returned targets: static libraries only, no separable compilation or device link.
 function(_cuplug_check_targets fn name)
+  get_property(_declared GLOBAL PROPERTY _CUPLUG_COMPONENT_TARGETS)
   foreach(_t IN LISTS ARGN)
     get_target_property(_libs ${_t} LINK_LIBRARIES)
     if(_libs)
       _cuplug_refuse_shared("${fn}(${name}): LINK_LIBRARIES of ${_t}" "${_libs}")
+      # A declared component linked (COMPONENTS, or a later target_link_libraries): its RPATH, relative to
+      # the artifact's place in site-packages (<package>/<variant>/lib.so), and no build-tree RPATH.
+      set(_rpath "")
+      foreach(_lib IN LISTS _libs)
+        if(_lib IN_LIST _declared)
+          if(fn STREQUAL "cuplug_add_cpu_backend")
+            message(FATAL_ERROR "${fn}(${name}): ${_t} links ${_lib}: the CPU twin runs where no CUDA is; "
+                                "only a CUDA variant may link a toolchain component")
+          endif()
+          string(REGEX REPLACE "^cuplug::" "" _c "${_lib}")
+          list(APPEND _rpath "${CUPLUG_COMPONENT_${_c}_RPATH}")
+        endif()
+      endforeach()
+      if(_rpath)
+        list(REMOVE_DUPLICATES _rpath)
+        set_target_properties(${_t} PROPERTIES BUILD_WITH_INSTALL_RPATH ON INSTALL_RPATH "${_rpath}")
+      endif()
     endif()
     foreach(_p CUDA_SEPARABLE_COMPILATION CUDA_RESOLVE_DEVICE_SYMBOLS)
       get_target_property(_v ${_t} ${_p})
@@ -392,7 +454,18 @@ function(_cuplug_variant_archs out_var matrix variant toolkit_archs)
 endfunction()
 
 function(cuplug_add_cuda_backend name)
-  _cuplug_parse(cuplug_add_cuda_backend "${name}" MATRIX "VARIANTS;CUDA_FLAGS" ${ARGN})
+  _cuplug_parse(cuplug_add_cuda_backend "${name}" MATRIX "VARIANTS;CUDA_FLAGS;COMPONENTS" ${ARGN})
+  set(_component_targets "")
+  foreach(_c IN LISTS ARG_COMPONENTS)
+    if(NOT _c IN_LIST _cuplug_component_names)
+      message(FATAL_ERROR "cuplug_add_cuda_backend(${name}): COMPONENTS ${_c}: cuplug offers ${_cuplug_component_names} (cuBLASLt is part of cublas)")
+    endif()
+    if(NOT TARGET cuplug::${_c})
+      _cuplug_undeclared_component(_msg "cuplug_add_cuda_backend(${name}): COMPONENTS" "${_c}")
+      message(FATAL_ERROR "${_msg}")
+    endif()
+    list(APPEND _component_targets cuplug::${_c})
+  endforeach()
   foreach(_flag IN LISTS ARG_CUDA_FLAGS)
     if(_flag MATCHES "^(-arch|--gpu-architecture|-gencode|--generate-code|-code|--gpu-code)([= ]|$)")
       message(FATAL_ERROR "cuplug_add_cuda_backend(${name}): CUDA_FLAGS has ${_flag}; the architectures "
@@ -460,6 +533,9 @@ function(cuplug_add_cuda_backend name)
     _cuplug_common_link(${target})
     _cuplug_user_options(${target} INCLUDE_DIRS ${ARG_INCLUDE_DIRS}
                          COMPILE_DEFINITIONS ${ARG_COMPILE_DEFINITIONS} LINK_LIBRARIES ${ARG_LINK_LIBRARIES})
+    if(_component_targets)
+      target_link_libraries(${target} PRIVATE ${_component_targets})
+    endif()
     list(APPEND _targets ${target})
     message(STATUS "cuplug: ${target} -> ${variant}/libcuplug_${name}.so, CUDA_ARCHITECTURES ${_archs}")
   endforeach()

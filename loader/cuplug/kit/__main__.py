@@ -3,10 +3,12 @@
   toolchain cuda12|cuda13|sysroot [--arch aarch64]
                                     install a pinned toolchain into the user cache, print where
   variants  --cuda M --source DIR --out DIR [--backend NAME] [--matrix JSON] [--arch aarch64]
-                                    build every variant with CMake, check it, write manifest.json
+            [--project PYPROJECT]   build every variant with CMake, check it, write manifest.json;
+                                    the components the project file declares ([tool.cuplug]
+                                    components = ["cublas"]) are installed and offered to CMake
   wheel     --build-dir DIR --name NAME --requires REQ --out DIR [--version V] [--variants]
-                                    assemble a backend wheel (its arch from the manifest),
-                                    auditwheel-repair it, check it;
+                                    assemble a backend wheel (its arch from the manifest; Requires-Dist
+                                    on the components it was built with), auditwheel-repair it, check it;
                                     --variants: also one PEP 825 variant wheel per dedicated SASS
                                     variant (+ PTX), a `null` one (PTX) and <name>-<v>-variants.json
   repair    WHEEL --out DIR         auditwheel-repair a package's main wheel (its CPU twin), check it
@@ -26,7 +28,7 @@ from pathlib import Path
 
 from cuplug.contract import manifest
 
-from . import artifacts, gate, toolchain, wheel
+from . import artifacts, components, gate, toolchain, wheel
 from .process import BuildError
 from .resources import default_matrix
 
@@ -62,6 +64,13 @@ def cmd_variants(args: argparse.Namespace) -> int:
         raise BuildError("no `cmake` on PATH (pip install cmake ninja)")
     sysroot = None if args.no_sysroot else toolchain.install_sysroot(_log, args.arch)
     tc = toolchain.install(args.cuda, _log, args.arch)
+    project = args.project or components.project_file(args.source)
+    names = components.declared(project)
+    if names and args.arch != "x86_64":
+        raise BuildError(f"{project}: components ({', '.join(names)}) are offered for x86_64 builds only")
+    if names:
+        _log(f"{args.cuda}: components declared in {project}: {', '.join(names)}")
+    installed = tuple(components.install(n, args.cuda, _log) for n in names)
     spec = artifacts.BuildSpec(
         tc,
         args.source.resolve(),
@@ -71,6 +80,7 @@ def cmd_variants(args: argparse.Namespace) -> int:
         sysroot=sysroot,
         cmake=cmake,
         log=_log,
+        components=installed,
     )
     path = artifacts.build_backend(spec)
     print(path)
@@ -83,17 +93,20 @@ def cmd_wheel(args: argparse.Namespace) -> int:
     if len(arches) != 1:
         raise wheel.WheelError(f"{args.build_dir}/manifest.json mixes CPU architectures {sorted(arches)}")
     (arch,) = arches
+    used = components.recorded(args.build_dir)  # what the variants were built with: required, never bundled
+    requires = [args.requires or f"cuplug=={_version()}", *(c["requires"] for c in used)]
+    exclude = [s for c in used for s in c["sonames"]]
     with tempfile.TemporaryDirectory() as tmp:
         raw = wheel.build_backend_wheel(
             args.build_dir,
             Path(tmp),
             name=args.name,
             version=version,
-            requires=args.requires or f"cuplug=={_version()}",
+            requires=requires,
             summary=args.summary,
             tag=wheel.raw_tag(arch),
         )
-        repaired = wheel.repair_wheel(raw, args.out, plat=wheel.target_plat(arch))
+        repaired = wheel.repair_wheel(raw, args.out, plat=wheel.target_plat(arch), exclude=exclude)
     gate.check_wheels([repaired], _log)
     print(repaired)
     if args.variants:
@@ -104,9 +117,10 @@ def cmd_wheel(args: argparse.Namespace) -> int:
             args.out,
             name=args.name,
             version=version,
-            requires=args.requires or f"cuplug=={_version()}",
+            requires=requires,
             summary=args.summary,
             log=_log,
+            exclude=exclude,
         )
         gate.check_wheels([m for m in made if m.suffix == ".whl"], _log)
         for m in made:
@@ -150,6 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--out", type=Path, required=True, help="build directory; manifest.json lands here")
     v.add_argument("--backend", default="vector", help="backend name (libcuplug_<name>.so)")
     v.add_argument("--matrix", type=Path, help="variant matrix JSON (default: cuplug's variants.json)")
+    v.add_argument(
+        "--project",
+        type=Path,
+        help="the project file declaring [tool.cuplug] components (default: the first pyproject.toml at or above --source)",
+    )
     v.add_argument("--no-sysroot", action="store_true", help="link against the host glibc (newer manylinux tag)")
     v.add_argument(
         "--arch", default="x86_64", choices=list(toolchain.ARCHES), help="CPU to build for (cross on x86_64)"

@@ -25,6 +25,7 @@ from cuplug.contract.cuda import ptx_driver_needed, runtime_min_driver
 from cuplug.contract.elfarch import file_arch
 from cuplug.contract.manifest import Artifact
 
+from . import components as _components
 from . import devicecode, gate
 from .devicecode import Image, check_images, list_images, read_device_code
 from .process import BuildError, run
@@ -46,6 +47,7 @@ class BuildSpec:
     cmake: str = "cmake"
     env: Mapping[str, str] | None = None  # default: os.environ without a system CUDA
     log: Log = print
+    components: tuple[_components.Installed, ...] = ()  # the declared ones ([tool.cuplug] components), installed
 
     @property
     def matrix(self) -> Path:
@@ -187,6 +189,7 @@ def configure_and_build(spec: BuildSpec, variants: list[str], archs: list[int]) 
             *tc.cmake_args,
             f"-DCUPLUG_SYSROOT={spec.sysroot or ''}",
             f"-DCUPLUG_MATRIX={spec.matrix}",
+            *_components.cmake_args(spec.components),
             # The interpreter running this build (a project's `python -m cuplug --cmake-dir` then finds
             # this cuplug), and this PATH's ninja: not what an earlier run's venv left in the cache.
             f"-DPython_EXECUTABLE={sys.executable}",
@@ -218,7 +221,7 @@ def describe(spec: BuildSpec, variant: str, matrix: dict, archs: list[int]) -> A
             f"the matrix declares SASS {want_sass} PTX {want_ptx} (the architectures come from the matrix: "
             "an -arch/-gencode added to the target, or device code of a linked static library?)"
         )
-    gate.check_linkage(so)
+    gate.check_linkage(so, [i.component for i in spec.components])
     arch = file_arch(str(so))  # from the ELF header, never typed
     if arch != tc.arch:
         raise BuildError(f"{tc.major}/{variant}: {so} is built for {arch}, the toolchain targets {tc.arch}")
@@ -279,6 +282,8 @@ def build_backend(spec: BuildSpec) -> Path:
         spec.log(warning)
     # The build report beside the manifest: per variant its size and this build's compile seconds (0: up to date).
     (spec.build_dir / "build-report.json").write_text(json.dumps({"cuda": tc.major, "variants": report}, indent=1))
+    # What the backend wheel must require (and auditwheel leave out): python -m cuplug.kit wheel reads it.
+    _components.record(spec.build_dir, tc.major, spec.components)
     path = manifest.write(spec.build_dir, tc.major, artifacts)
     spec.log(f"{tc.major}: manifest written, {len(artifacts)} artifacts in {time.perf_counter() - t0:.1f} s")
     return Path(path)

@@ -7,7 +7,9 @@ variant wheels). The docs' table of them is generated from here.
 - no driver (``libcuda``), no shared CUDA runtime, no ``libnvidia-*`` inside a wheel;
 - a backend library needs only the C runtime and exports exactly the ABI;
 - no library imports ``exit``, ``_exit``, ``_Exit``, ``quick_exit`` or ``abort`` (it would end the host process);
-- no RPATH/RUNPATH that leaves the package;
+- no NEEDED on a CUDA library (cuBLAS, cuRAND, ...) that the wheel does not declare as a component
+  (``components``: Requires-Dist on NVIDIA's wheel), and no RPATH/RUNPATH that leaves the package, except
+  the one that finds a declared component's wheel in site-packages;
 - tags ``py3-none`` (no CPython extension), or ``cp311-abi3`` for a wheel whose extensions are all on the
   stable ABI (``*.abi3.so``), and manylinux no newer than the newest glibc symbol allows (2.17, the
   bullseye sysroot's floor), for one CPU architecture;
@@ -27,6 +29,7 @@ from pathlib import Path, PurePosixPath
 from cuplug.contract import abi, manifest
 from cuplug.contract.elfarch import machine_of
 
+from . import components as _components
 from .glibc import glibc_needs, glibc_problem
 from .process import BuildError, run
 from .rules import (
@@ -66,15 +69,19 @@ def platform_tag(tag: str) -> tuple[tuple[int, int], str] | None:
     return None
 
 
-def check_linkage(so: Path) -> None:
-    """A backend library needs only what ALLOWED_NEEDED lists and exports exactly the ABI."""
+def check_linkage(so: Path, components: Sequence[_components.Component] = ()) -> None:
+    """A backend library needs only what ALLOWED_NEEDED lists (and the sonames of the declared ``components``)
+    and exports exactly the ABI."""
     dyn = run(["readelf", "-d", "-W", str(so)], f"readelf {so}")
     needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dyn)
-    bad = [n for n in needed if not needed_allowed(n)]
+    declared = {s for c in components for s in c.layout.sonames}
+    bad = [n for n in needed if not needed_allowed(n) and n not in declared]
     if bad:
+        cuda = [n for n in bad if _components.CUDA_LIBRARY_RE.match(n)]
+        hint = f"; {undeclared_problem(cuda[0])}" if cuda else ""
         raise BuildError(
             f"{so} needs {bad}: a backend may link only {', '.join(ALLOWED_NEEDED)} "
-            "(the static CUDA runtime, never libcudart.so or libcuda.so)"
+            f"(the static CUDA runtime, never libcudart.so or libcuda.so){hint}"
         )
     syms = run(["nm", "-D", "--defined-only", str(so)], f"nm {so}")
     exported = {line.split()[-1] for line in syms.splitlines() if line.strip()}
@@ -112,6 +119,39 @@ def _undefined_symbols(data: bytes) -> list[str]:
     return [s.name for s in symbols if s.name and s["st_shndx"] == "SHN_UNDEF"]
 
 
+def undeclared_problem(soname: str) -> str:
+    """What to do about a NEEDED on a CUDA library that is not a declared component."""
+    offered = [c for c in _components.read_lock() if soname in c.layout.sonames]
+    if offered:
+        c = offered[-1]
+        return (
+            f"{soname} is cuplug's component {c.name!r}: declare it in the backend's project file "
+            f'([tool.cuplug] components = ["{c.name}"]) and link it with cuplug_add_cuda_backend(... COMPONENTS '
+            f"{c.name}), so the wheel requires {c.requires} and finds it through "
+            f"RPATH {c.rpath()} (docs/build-kit.md)"
+        )
+    return f"{soname} is a CUDA library cuplug offers no component for: link its static archive or drop it"
+
+
+def _needed(data: bytes) -> list[str]:
+    """DT_NEEDED entries of a shared object; ValueError when it is not a readable ELF."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        sections = list(ELFFile(io.BytesIO(data)).iter_sections())
+    except ELFError as exc:
+        raise ValueError(f"not a readable ELF file ({exc})") from exc
+    return [
+        t.needed
+        for s in sections
+        if isinstance(s, DynamicSection)
+        for t in s.iter_tags()
+        if t.entry.d_tag == "DT_NEEDED"
+    ]
+
+
 def _rpaths(data: bytes) -> list[str]:
     """RPATH and RUNPATH entries of a shared object; ValueError when it is not a readable ELF."""
     from elftools.common.exceptions import ELFError
@@ -144,6 +184,18 @@ def rpath_inside(member: str, rpath: str) -> bool:
         if depth < 0:
             return False
     return True
+
+
+def rpath_target(member: str, rpath: str) -> str:
+    """The directory an $ORIGIN RPATH entry of ``member`` names, relative to the wheel's root ('' for the root)."""
+    parts: list[str] = []
+    for part in [*PurePosixPath(member).parent.parts, *PurePosixPath(rpath[len("$ORIGIN") :].lstrip("/")).parts]:
+        if part == "..":
+            if parts:
+                parts.pop()
+        else:
+            parts.append(part)
+    return "/".join(parts)
 
 
 def is_extension(member: str) -> bool:
@@ -184,18 +236,39 @@ def _tag_problems(name: str, extensions: Sequence[str] = ()) -> tuple[list[str],
     return problems, archs
 
 
-def _library_problems(member: str, data: bytes, archs: set[str]) -> list[str]:
+def _library_problems(
+    member: str,
+    data: bytes,
+    archs: set[str],
+    declared: Sequence[_components.Component] = (),
+    tops: set[str] | None = None,
+) -> list[str]:
     problems = []
     arch = machine_of(data[:20])
     if archs and arch not in archs:
         problems.append(f"{member}: an {arch} library in a wheel tagged for {sorted(archs)}")
     try:
         rpaths = _rpaths(data)
+        needed = _needed(data)
     except ValueError as exc:
         return [*problems, f"{member}: {exc}"]
+    sonames = {s for c in declared for s in c.layout.sonames}
     problems += [
-        f"{member}: RPATH/RUNPATH {r!r} points outside the package" for r in rpaths if r and not rpath_inside(member, r)
+        f"{member}: needs {n}, a CUDA library the wheel does not declare; {undeclared_problem(n)}"
+        for n in needed
+        if _components.CUDA_LIBRARY_RE.match(n) and n not in sonames
     ]
+    # The one RPATH allowed out of the package: the site-packages directory of a declared component's wheel.
+    component_rpaths = {_components.rpath_for(member, c) for c in declared}
+    for r in rpaths:
+        if not r or r in component_rpaths:
+            continue
+        # Inside the wheel's root (site-packages) and into a directory the wheel itself holds: another
+        # distribution's directory (nvidia/...) only for a declared component.
+        top = rpath_target(member, r).split("/", 1)[0]
+        if not rpath_inside(member, r) or (tops is not None and top and top not in tops):
+            declared_note = f" (a declared component's would be {sorted(component_rpaths)})" if component_rpaths else ""
+            problems.append(f"{member}: RPATH/RUNPATH {r!r} points outside the package{declared_note}")
     try:
         ending = process_ending(_undefined_symbols(data))
     except ValueError as exc:
@@ -230,16 +303,37 @@ def _manifest_problems(zf: zipfile.ZipFile, names: list[str], manifest_name: str
     return problems
 
 
+def declared_components(zf: zipfile.ZipFile) -> list[_components.Component]:
+    """The components a wheel declares: Requires-Dist on a locked component's NVIDIA wheel, of the CUDA major
+    its manifest names (any major without a manifest)."""
+    names = zf.namelist()
+    metadata = next((n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
+    if metadata is None:
+        return []
+    major = None
+    for n in names:
+        if n.endswith(f"/{manifest.FILE_NAME}") and n.count("/") == 1:
+            try:
+                major = manifest.parse(zf.read(n), n).cuda or None
+            except manifest.ManifestError:
+                pass  # _manifest_problems names it
+    return _components.wheel_components(zf.read(metadata).decode(errors="replace"), major)
+
+
 def check_wheel(wheel: Path) -> list[str]:
     """Every problem found in one wheel (an empty list: the wheel may ship)."""
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         problems, archs = _tag_problems(wheel.name, [n for n in names if is_extension(n)])
+        declared = declared_components(zf)
         for member in names:
             if forbidden(member):
                 problems.append(f"{member}: the driver and the shared CUDA runtime are never bundled")
             if member.endswith(".so") or ".so." in member:
-                problems += _library_problems(member, zf.read(member), archs)
+                tops = {n.split("/", 1)[0] for n in names}
+                problems += _library_problems(member, zf.read(member), archs, declared, tops)
+                if any(member.rsplit("/", 1)[-1] in c.layout.sonames for c in declared):
+                    problems.append(f"{member}: a declared component's library is required, never bundled")
         for name in names:
             if name.endswith(f"/{manifest.FILE_NAME}") and name.count("/") == 1:
                 problems += _manifest_problems(zf, names, name)
@@ -256,7 +350,10 @@ def check_wheels(wheels: Sequence[Path], log: Callable[[str], None] = print) -> 
         if problems:
             failures.append(f"{wheel.name}:\n  " + "\n  ".join(problems))
         else:
-            log(f"ok: {wheel.name} ({wheel.stat().st_size / 1e6:.2f} MB)")
+            with zipfile.ZipFile(wheel) as zf:
+                declared = declared_components(zf)
+            used = "".join(f"; component {c.name}: requires {c.requires}, RPATH {c.rpath()}" for c in declared)
+            log(f"ok: {wheel.name} ({wheel.stat().st_size / 1e6:.2f} MB{used})")
     if failures:
         raise BuildError("wheel check failed:\n" + "\n".join(failures))
 
@@ -267,7 +364,19 @@ def rules_table() -> list[tuple[str, str]]:
         ("forbidden in a wheel", ", ".join(FORBIDDEN_LIBRARIES)),
         ("a backend library may need (NEEDED)", ", ".join(ALLOWED_NEEDED)),
         ("a backend library exports", f"exactly the {len(EXPORTED)} ABI v{abi.ABI_VERSION} entry points"),
-        ("RPATH/RUNPATH", "only $ORIGIN-relative, never above the wheel's root"),
+        (
+            "a CUDA library (NEEDED)",
+            "only a declared component's ("
+            + ", ".join(
+                f"{n}: {', '.join(sorted({s for c in _components.read_lock() if c.name == n for s in c.layout.sonames}))}"
+                for n in _components.NAMES
+            )
+            + "), with Requires-Dist on its NVIDIA wheel",
+        ),
+        (
+            "RPATH/RUNPATH",
+            "only $ORIGIN-relative, never above the wheel's root; or a declared component's wheel in site-packages",
+        ),
         ("a library may not import", f"{', '.join(PROCESS_ENDING)} (they end the host process; return a status)"),
         (
             "wheel tags",

@@ -211,10 +211,11 @@ def build_variant_wheels(
     *,
     name: str,
     version: str,
-    requires: str,
+    requires: str | Sequence[str],
     summary: str = "",
     run: Callable[..., object] | None = None,
     log: Callable[[str], None] = print,
+    exclude: Sequence[str] = (),
 ) -> list[Path]:
     """Variant wheels (repaired, labelled) and ``{name}-{version}-variants.json`` into ``out_dir``."""
     try:
@@ -248,7 +249,9 @@ def build_variant_wheels(
                 summary=f"{summary or name} [variant {p.label}]",
                 tag=_wheel.raw_tag(arch),
             )
-            repaired = _wheel.repair_wheel(raw, Path(tmp) / "repaired", run=run, plat=_wheel.target_plat(arch))
+            repaired = _wheel.repair_wheel(
+                raw, Path(tmp) / "repaired", run=run, plat=_wheel.target_plat(arch), exclude=exclude
+            )
             for old in out_dir.glob(f"{repaired.name[: -len('.whl')]}-{p.label}.whl"):
                 old.unlink()
             made.append(add_variant(repaired, p.label, metadata, out_dir))

@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cuplug.contract import manifest
@@ -59,12 +59,21 @@ def _import_guard(name: str, summary: str | None, requires: str) -> str:
 
 
 def build_backend_wheel(
-    build_dir: Path, out_dir: Path, *, name: str, version: str, requires: str, summary: str = "", tag: str = RAW_TAG
+    build_dir: Path,
+    out_dir: Path,
+    *,
+    name: str,
+    version: str,
+    requires: str | Sequence[str],
+    summary: str = "",
+    tag: str = RAW_TAG,
 ) -> Path:
     """Writes ``<name>-<version>-<tag>.whl`` from ``build_dir/manifest.json`` and the files it names.
 
-    ``requires`` is the Requires-Dist on cuplug, e.g. ``"cuplug==0.1.0"``.
+    ``requires`` is the Requires-Dist on cuplug, e.g. ``"cuplug==0.1.0"``, or a list of them (cuplug first, then
+    the NVIDIA wheels of the components the build declared: ``components.json``).
     """
+    reqs = [requires] if isinstance(requires, str) else list(requires)
     manifest_path = build_dir / manifest.FILE_NAME
     try:
         artifacts = manifest.read_strict(build_dir)
@@ -73,7 +82,7 @@ def build_backend_wheel(
     package = name.replace("-", "_")
     dist = f"{package}-{version}"
     files: dict[str, bytes] = {
-        f"{package}/__init__.py": _import_guard(name, summary, requires).encode(),
+        f"{package}/__init__.py": _import_guard(name, summary, reqs[0]).encode(),
         f"{package}/manifest.json": manifest_path.read_bytes(),
     }
     for artifact in artifacts:
@@ -83,7 +92,7 @@ def build_backend_wheel(
         files[f"{package}/{artifact.file}"] = path.read_bytes()
     files[f"{dist}.dist-info/METADATA"] = (
         f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-        f"Summary: {summary or name}\nRequires-Python: >=3.11\nRequires-Dist: {requires}\n"
+        f"Summary: {summary or name}\nRequires-Python: >=3.11\n" + "".join(f"Requires-Dist: {r}\n" for r in reqs)
     ).encode()
     files[f"{dist}.dist-info/WHEEL"] = (
         f"Wheel-Version: 1.0\nGenerator: cuplug.kit.wheel\nRoot-Is-Purelib: false\nTag: {tag}\n"
@@ -122,9 +131,16 @@ def _refuse_new_glibc(wheel: Path) -> None:
         raise WheelError(f"{wheel.name} cannot be manylinux_2_17:\n  " + "\n  ".join(problems))
 
 
-def repair_wheel(wheel: Path, out_dir: Path, run: Callable[..., object] | None = None, plat: str = TARGET_PLAT) -> Path:
+def repair_wheel(
+    wheel: Path,
+    out_dir: Path,
+    run: Callable[..., object] | None = None,
+    plat: str = TARGET_PLAT,
+    exclude: Sequence[str] = (),
+) -> Path:
     """``auditwheel repair`` with the driver excluded; returns the repaired wheel in out_dir.
 
+    ``exclude``: further sonames left out (a declared component's libraries: required, found through RPATH).
     ``run`` executes the command (a nox session's ``session.run``); default: subprocess in this Python.
     SOURCE_DATE_EPOCH keeps the repaired wheel's timestamps reproducible.
     """
@@ -136,6 +152,8 @@ def repair_wheel(wheel: Path, out_dir: Path, run: Callable[..., object] | None =
     # must then be `plat` (checked below).
     foreign = not plat.endswith(f"_{host_arch()}")
     cmd = ["auditwheel", "repair", "--plat", "auto" if foreign else plat, "--exclude", DRIVER_LIBRARY]
+    for soname in exclude:
+        cmd += ["--exclude", soname]
     cmd += ["-w", str(out_dir), str(wheel)]
     env = {"SOURCE_DATE_EPOCH": os.environ.get("SOURCE_DATE_EPOCH", "1767225600")}
     if run is None:

@@ -152,6 +152,22 @@ def test_host_tensors_to_a_cuda_op_are_staged(b):
         b.run("add", x, x.cuda())
 
 
+@pytest.mark.parametrize("n", [1, 1000, (1 << 20) // 12, (1 << 20) // 12 + 1, 1 << 20])
+def test_host_calls_either_side_of_the_direct_copy_bound(b, n):
+    """Host operands of at most 1 MiB in all are copied as they are (pageable, the instance's stream), larger ones
+    through the pinned stagers: elementwise, in place, a reduction and a backend-owned upload/download on both
+    sides of the bound (n float32 elements: 3 operands of an add are 12n bytes)."""
+    x = np.arange(n, dtype=np.float32) % 97
+    y = np.ones(n, np.float32)
+    np.testing.assert_array_equal(b.run("add", x, y), x + y)
+    inplace = x.copy()
+    assert b.run("add", inplace, y, out=inplace) is inplace
+    np.testing.assert_array_equal(inplace, x + y)
+    assert float(b.run("sum", x)) == pytest.approx(float(x.astype(np.float64).sum()), rel=1e-5)
+    t = b.buffer(x)
+    np.testing.assert_array_equal(np.asarray(t.to_host()), x)
+
+
 def test_a_dtype_the_op_does_not_take(b):
     with pytest.raises(cuplug.InvalidInputError, match=r"(?i)dtype"):
         b.run(

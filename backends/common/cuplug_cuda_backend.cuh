@@ -901,7 +901,14 @@ int stage(cuplug_backend* h, StageJob tmpl, long long n) {
   return CUPLUG_OK;
 }
 
+// Below this many bytes a host operand is copied as it is (pageable memory, on the instance's stream), not
+// through the stagers: their pinned slots (2 x 8 MiB of cudaMallocHost) and threads cost a first small call
+// milliseconds (the H100 found load()'s self-test, a few KiB per op, taking 12-22 ms, most of it there).
+constexpr size_t kDirectHostBytes = size_t(1) << 20;
+
 int upload_staged(cuplug_backend* h, void* dev, const void* host, size_t bytes) {
+  if (bytes <= kDirectHostBytes)  // returns once the source is read: the caller may reuse it
+    return h->check(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, h->stream), "cudaMemcpyAsync(upload)");
   StageJob j;
   memset(&j, 0, sizeof j);
   j.nin = 1, j.hin[0] = static_cast<const char*>(host), j.din[0] = static_cast<char*>(dev), j.isz[0] = 1;
@@ -909,6 +916,10 @@ int upload_staged(cuplug_backend* h, void* dev, const void* host, size_t bytes) 
 }
 
 int download_staged(cuplug_backend* h, void* host, const void* dev, size_t bytes) {
+  if (bytes <= kDirectHostBytes) {  // after the work queued on the instance's stream; written when it returns
+    CUPLUG_TRY(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, h->stream), "cudaMemcpyAsync(download)");
+    return h->check(cudaStreamSynchronize(h->stream), "download");
+  }
   StageJob j;
   memset(&j, 0, sizeof j);
   j.nout = 1, j.dsrc[0] = static_cast<const char*>(dev), j.hout[0] = static_cast<char*>(host), j.osz[0] = 1;
@@ -929,6 +940,10 @@ int call_host(cuplug_backend* h, const cuplug_op* op, const cuplug_tensor* in, i
                        k < n_in ? op->inputs[k].name : op->outputs[k - n_in].name, cuplug_numel(&t));
     }
     if (n == 0) return CUPLUG_OK;
+  }
+  size_t all_bytes = 0;
+  for (int k = 0; k < n_in + n_out; ++k) all_bytes += (size_t)tensor_bytes(k < n_in ? in[k] : out[k - n_in]);
+  if ((op->flags & CUPLUG_ELEMENTWISE) && all_bytes > kDirectHostBytes) {
     StageJob j;
     memset(&j, 0, sizeof j);
     j.nin = n_in, j.nout = n_out;
@@ -937,8 +952,8 @@ int call_host(cuplug_backend* h, const cuplug_op* op, const cuplug_tensor* in, i
     j.op = op, j.in_t = in, j.out_t = out, j.attrs = attrs;
     return stage(h, j, n);
   }
-  // Otherwise the op needs whole tensors on the device before it starts:
-  // regions of the instance's device arrays, each kDeviceAlign-aligned.
+  // Otherwise (an op that needs whole tensors on the device before it starts, or a small call) the operands
+  // go to regions of the instance's device arrays, each kDeviceAlign-aligned.
   size_t offset[2 * kMaxArgs], total = 0;
   for (int k = 0; k < n_in + n_out; ++k) {
     offset[k] = total;

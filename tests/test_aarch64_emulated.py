@@ -191,7 +191,7 @@ def test_real_aarch64_artifacts_verify_and_dlopen_in_the_guest(arm_venv, tmp_pat
     ("caps", "driver", "first"),
     [
         ("9.0", "13000", "cuda13/fatbin"),  # Grace Hopper: exact sm_90 SASS
-        ("8.7", "13000", "cuda13/fatbin"),  # Jetson Orin: the fatbin's exact sm_87 beats sm80's same-major SASS
+        ("8.7", "13000", "cuda13/fatbin"),  # Jetson Orin: the fatbin's exact sm_87 (sm80's SASS cannot serve it)
         ("8.7", "12040", "cuda12/fatbin"),  # Orin on a CUDA 12 driver (JetPack 6)
         ("8.0", "12040", "cuda12/sm80"),
     ],
@@ -201,8 +201,10 @@ def test_selection_in_the_guest(arm_venv, arm_fake_driver, tmp_path, caps, drive
     got = _guest_json(arm_venv, DECIDE_LOAD, env, tmp_path)
     accepted = [c[0] for c in got["candidates"] if c[1]]
     assert accepted[0] == first, got["candidates"]
-    if caps == "8.7":  # the sm80 variant is acceptable too: same major, lower minor
-        assert any(a.endswith("/sm80") for a in accepted), accepted
+    if caps == "8.7":  # Jetson Orin is a Tegra GPU: sm80's SASS does not serve it (contract/targets.py, [tegra])
+        assert not any(a.endswith("/sm80") for a in accepted), accepted
+        sm80 = next(c for c in got["candidates"] if c[0].endswith("/sm80"))
+        assert "Tegra" in sm80[3], sm80
     # The fake driver cannot serve cudart: each real aarch64 artifact is dlopened, create() fails cleanly.
     assert got["variant"] == "cpu" and got["code"] == "load-failed", got
     assert [a[1] for a in got["attempts"]][:-1] == ["load-failed"] * (len(accepted) - 1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parents[1]
@@ -37,11 +38,12 @@ def selection() -> str:
 
     tiers = "\n".join(f"| {t.number} | {t.name} | {t.rule} |" for t in select.TIERS)
     kinds = "\n".join(
-        f"| `{k.name}` | {k.image.upper()} | {k.rule} | {k.since_cuda // 1000}.{k.since_cuda % 1000 // 10} | "
+        f"| `{k.name}` | {k.image.upper()} | {k.rule} | "
+        f"{f'{k.since_cuda // 1000}.{k.since_cuda % 1000 // 10}' if k.since_cuda else 'any'} | "
         f"{k.specificity} | {k.source} |"
         for k in targets.KINDS
     )
-    sources = (targets.__doc__ or "").split("Sources:", 1)[-1].strip()
+    sources = textwrap.dedent("  " + (targets.__doc__ or "").split("Sources:", 1)[-1].strip("\n")).strip()
     tegra = ", ".join(f"{a}.{b}" for a, b in sorted(targets.TEGRA))
     fallback = ", ".join(f"`{c}`" for c in select.FALLBACK_PRIORITY)
     return (

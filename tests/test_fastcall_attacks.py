@@ -176,6 +176,27 @@ def test_tensors_dlpacks_c_table_describes_differently_from_the_accessors(b):
         same(b, "add", e, e, out=torch.zeros(shape))
 
 
+def test_results_made_like_an_input_are_fresh_plain_tensors(b):
+    """An allocating call's output of an input's dtype and shape is made by torch.empty_like of that input: it
+    must be what the whole path's torch.empty makes (a fresh, contiguous, plain tensor that requires no grad),
+    whatever that input is (a Parameter, one requiring grad, a view with an offset, 0-d, empty)."""
+    x, y = torch.ones(4), torch.ones(4)
+    learned(b, "add", x, y)
+    for a in (
+        torch.nn.Parameter(torch.ones(4)),
+        torch.ones(4, requires_grad=True),
+        torch.arange(8.0)[4:],
+    ):
+        same(b, "add", a, y)
+        got = b.run("add", a, y)
+        assert type(got) is torch.Tensor and not got.requires_grad and got.is_contiguous()
+        assert got.data_ptr() not in (a.data_ptr(), y.data_ptr())
+    for shape in ((), (0,)):
+        e = torch.ones(shape)
+        same(b, "add", e, e)  # (taught by the first call, then through C)
+        same(b, "add", e, e)
+
+
 def test_a_bad_exchange_table_is_refused_and_the_accessors_serve(b):
     """set_torch_exchange() takes only a DLPack 1.x table, in its capsule, with the two functions it calls; anything
     else (None, an address as an int, another capsule's name, a wrong object) leaves the accessors reading."""

@@ -681,7 +681,16 @@ static int make_outputs(Dispatcher* d, FastPlan* p, call_state* c, PyObject** ma
     for (int j = 0; j < p->n_out; j++) made[j] = NULL;
     for (int j = 0; j < p->n_out; j++) {
         PyObject* m = PyTuple_GetItem(p->makers, j);
-        made[j] = PyObject_Call(PyTuple_GetItem(m, 0), PyTuple_GetItem(m, 1), PyTuple_GetItem(m, 2));
+        PyObject* args = PyTuple_GetItem(m, 1);
+        if (PyLong_CheckExact(args)) { /* (torch.empty_like, k, None): made like input k, a PyTorch tensor */
+            long k = PyLong_AsLong(args);
+            if (k < 0 || k >= c->n_in || c->ops[k].kind != K_TORCH) {
+                PyErr_Clear();
+                return 0;
+            }
+            made[j] = PyObject_CallFunctionObjArgs(PyTuple_GetItem(m, 0), c->ops[k].obj, NULL);
+        } else
+            made[j] = PyObject_Call(PyTuple_GetItem(m, 0), args, PyTuple_GetItem(m, 2));
         if (!made[j]) return -1; /* the allocator's own error (out of memory): raised as it is */
         operand* o = &c->ops[c->n_in + j];
         if (!read_operand(made[j], 1, backend, o) || !spec_agrees(o, &p->spec[c->n_in + j])) {

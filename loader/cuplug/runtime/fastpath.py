@@ -134,7 +134,7 @@ def _makers(sig: OpSignature, p: Plan, made_by: str, like: Any) -> tuple | None:
     torch, np = sys.modules.get("torch"), sys.modules.get("numpy")
     specs = p.out_specs
     if made_by == "torch" and torch is not None:
-        return tuple((torch.empty, (s,), {"dtype": getattr(torch, dt.name), "device": like.device}) for dt, s in specs)
+        return _torch_makers(torch, p, {"device": like.device})
     if made_by != "host" or like is None:
         return None
     if any(o.shape_rule.get("scalar") and not dt.array_code for (dt, _), o in zip(specs, sig.outputs, strict=True)):
@@ -142,8 +142,22 @@ def _makers(sig: OpSignature, p: Plan, made_by: str, like: Any) -> tuple | None:
     if np is not None and type(like) is getattr(np, "ndarray", ...) and all(dt.format for dt, _ in specs):
         return tuple((np.empty, (s,), {"dtype": dt.name}) for dt, s in specs)
     if torch is not None and type(like) in _torch_types(torch):
-        return tuple((torch.empty, (s,), {"dtype": getattr(torch, dt.name)}) for dt, s in specs)
+        return _torch_makers(torch, p, {})
     return None
+
+
+def _torch_makers(torch: Any, p: Plan, where: dict[str, Any]) -> tuple:
+    """``torch.empty`` per output, as the whole path makes them; but an output of an input's dtype and shape is
+    made by ``torch.empty_like`` of that input: the same tensor for a contiguous input (the only kind the C path
+    reads), for ~0.5 us less a call (VM: 1.43 against 0.83). C checks at each call that the input is a PyTorch
+    tensor, and reads what it made as any output (a surprise goes to the whole path)."""
+    ins = [(dt, tuple(shape)) for dt, shape, *_ in p.in_specs]
+    return tuple(
+        (torch.empty_like, ins.index((dt, tuple(s))), None)
+        if (dt, tuple(s)) in ins
+        else (torch.empty, (s,), {"dtype": getattr(torch, dt.name), **where})
+        for dt, s in p.out_specs
+    )
 
 
 def _torch_types(torch: Any) -> tuple:

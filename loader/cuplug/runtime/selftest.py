@@ -14,13 +14,14 @@ import hashlib
 import os
 import time
 
+from .. import __version__
 from ..contract.cache import cache_root
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-VERSION = "0.1.0"  # cuplug's, a part of the key (the samples or the comparison may change with it)
+VERSION = __version__  # cuplug's, a part of the key (the samples or the comparison may change with it)
 
 
 class Result:

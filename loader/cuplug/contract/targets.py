@@ -119,6 +119,13 @@ def runs_on(target: Target, device: tuple[int, int]) -> bool:
     return target.cc == device or (same_major_up and _desktop(target.cc, device))
 
 
+def best_sass(texts: list[str] | tuple[str, ...], device: tuple[int, int]) -> Target | None:
+    """The SASS target among ``texts`` a device of ``device`` runs best (the loader's order): exact before a lower
+    minor, the narrower kind first (sm_90a before sm_90), the higher minor first; None when none runs there."""
+    serving = [t for t in map(parse, texts) if runs_on(t, device)]
+    return min(serving, key=lambda t: (t.cc != device, t.kind.specificity, -t.minor, t.text), default=None)
+
+
 def why_not(target: Target, device: tuple[int, int]) -> str:
     """Why ``target`` cannot run on ``device``, in the words of its rule (runs_on(...) is False)."""
     cc = f"{device[0]}.{device[1]}"
@@ -138,11 +145,13 @@ def why_not(target: Target, device: tuple[int, int]) -> str:
     return f"{target.text} {code} cannot run on CC {cc}"
 
 
-def buildable(target: Target, cuda_version: int, listed: frozenset[str]) -> str | None:
+def buildable(target: Target, cuda_version: int | None, listed: frozenset[str]) -> str | None:
     """None when a toolkit of ``cuda_version`` (12040) that lists ``listed`` architectures ("90", "100", ...)
-    can build ``target``; else why not, naming the fix."""
+    can build ``target``; else why not, naming the fix. ``cuda_version`` None: the listing alone is checked."""
     base = f"{target.major}{target.minor}"
     kind = target.kind
+    if cuda_version is None:
+        return None if base in listed else f"{target.text}: arch {base} is not supported by this nvcc ({_has(listed)})"
     for old, new, since in RENAMED:
         if base == old and cuda_version >= since:
             return f"{target.text}: CUDA {cuda_version // 1000} renamed sm_{old} to sm_{new}; declare {target.text.replace(old, new)}"
@@ -158,8 +167,12 @@ def buildable(target: Target, cuda_version: int, listed: frozenset[str]) -> str 
         need = f"{kind.since_cuda // 1000}.{kind.since_cuda % 1000 // 10}"
         return f"{target.text}: {kind.name} targets need CUDA >= {need}; this toolkit is {cuda_version // 1000}.{cuda_version % 1000 // 10}"
     if base not in listed:
-        return f"{target.text}: arch {base} is not supported by this nvcc (it has {', '.join(sorted(listed, key=int))})"
+        return f"{target.text}: arch {base} is not supported by this nvcc ({_has(listed)})"
     return None
+
+
+def _has(listed: frozenset[str]) -> str:
+    return f"it has {', '.join(sorted(listed, key=int))}"
 
 
 def describe(texts: list[str] | tuple[str, ...]) -> str:

@@ -98,9 +98,7 @@ def expected_targets(
                 target = targets.parse(f"{prefix}_{a}")
             except ValueError as exc:
                 raise BuildError(f"variant {variant}: {kind} lists {a!r}: {exc}") from None
-            why = targets.buildable(target, version, listed) if version else None
-            if why is None and target.number.rstrip("af") not in listed:
-                why = f"arch {target.number.rstrip('af')} is not supported by this nvcc (it has {sorted(archs)})"
+            why = targets.buildable(target, version, listed)
             if why:
                 raise BuildError(f"variant {variant}: {why}")
         return [str(a) for a in value]

@@ -110,16 +110,11 @@ class Decision(Record):
 
 
 def _sass_match(artifact: Artifact, cc: tuple[int, int]) -> tuple[int, int, str] | None:
-    """The artifact's best SASS for ``cc`` by the contract's rules (targets.runs_on): (tier, specificity,
-    target), exact before a lower minor, the narrower kind first (sm_90a before sm_90), the higher minor first."""
-    best: tuple[int, int, int, str] | None = None  # (tier, specificity, -minor, target)
-    for text in artifact.sass:
-        t = targets.parse(text)
-        if targets.runs_on(t, cc):
-            tier = TIER_EXACT_SASS if t.cc == cc else TIER_LOWER_MINOR_SASS
-            key = (tier, t.kind.specificity, -t.minor, text)
-            best = key if best is None or key < best else best
-    return (best[0], best[1], best[3]) if best else None
+    """The artifact's best SASS for ``cc`` by the contract's rules (targets.best_sass): (tier, specificity, target)."""
+    t = targets.best_sass(artifact.sass, cc)
+    if t is None:
+        return None
+    return (TIER_EXACT_SASS if t.cc == cc else TIER_LOWER_MINOR_SASS), t.kind.specificity, t.text
 
 
 def _why_no_sass(artifact: Artifact, cc: tuple[int, int]) -> str:

@@ -139,9 +139,8 @@ def check(
             "another package or cpu",
         )  # fmt: skip
     # the contract's rules (contract/targets.py), as the loader's selection applies them
-    sass_ok = [t for t in real if targets.runs_on(t, capability)]
-    if sass_ok:
-        best = min(sass_ok, key=lambda t: (t.cc != capability, t.kind.specificity, -t.minor))
+    best = targets.best_sass([t.text for t in real], capability)
+    if best is not None:
         exact = "exact" if best.cc == capability else "same-major"
         return VariantStatus(dist, version, label, flat, "fits", f"{what}: {exact} SASS {best.text} for CC {cc}")
     ptx_ok = [t for t in virtual if targets.runs_on(t, capability)]

@@ -159,7 +159,7 @@ class Installed:
 
 def install(name: str, major: str, log: Log = print, python: str = sys.executable) -> Installed:
     """Installs (or reuses) one pinned component wheel into the user cache."""
-    from . import toolchain  # its cache root, pip runner and .complete convention
+    from . import toolchain  # its cache root, pinned pip install and .complete convention
 
     c = pinned(name, major)
     dest = toolchain.cache_root() / "components" / f"{major}-{c.dist}-{c.version}-{c.sha256[:12]}"
@@ -170,23 +170,8 @@ def install(name: str, major: str, log: Log = print, python: str = sys.executabl
     req = dest / "requirements.txt"
     req.write_text(f"{c.dist}=={c.version} --hash=sha256:{c.sha256}\n")
     log(f"{major}/{name}: pip install of {c.dist}=={c.version} (pinned by sha256)")
-    toolchain._run(
-        [
-            python,
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--require-hashes",
-            "--only-binary=:all:",
-            "--disable-pip-version-check",
-            "--no-compile",
-            "--target",
-            str(got.site),
-            "-r",
-            str(req),
-        ],
-        f"pip install of the {name} component for {major} (retry; check that PyPI is reachable)",
+    toolchain.pip_install_locked(
+        python, got.site, req, f"pip install of the {name} component for {major} (retry; check that PyPI is reachable)"
     )
     missing = [s for s in c.layout.sonames if not (got.lib_dir / s).is_file()]
     if not (got.include_dir / c.layout.header).is_file():

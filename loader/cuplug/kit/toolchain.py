@@ -95,6 +95,29 @@ def _run(cmd: list[str], step: str, env: dict[str, str] | None = None, cwd: Path
     return run(cmd, step, env, cwd, error=ToolchainError)
 
 
+def pip_install_locked(python: str, target: Path, requirements: Path, step: str) -> None:
+    """Wheels pinned by version and sha256 in ``requirements`` (no dependencies, binaries only) into ``target``:
+    how the CUDA 13 toolchain and the optional components (components.py) are installed."""
+    _run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--require-hashes",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "--no-compile",
+            "--target",
+            str(target),
+            "-r",
+            str(requirements),
+        ],
+        step,
+    )
+
+
 def _reusable(label: str, dest: Path, log: Log) -> bool:
     """``dest`` is already installed in the cache (its install finished: .complete); says so."""
     if (dest / ".complete").exists():
@@ -294,23 +317,8 @@ def install_cuda13(log: Log, python: str = sys.executable) -> Toolchain:
         return tc
     _fresh_dir(dest)
     log("cuda13: pip install of the pinned CUDA 13.0.2 wheels (about 105 MB)")
-    _run(
-        [
-            python,
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--require-hashes",
-            "--only-binary=:all:",
-            "--disable-pip-version-check",
-            "--no-compile",
-            "--target",
-            str(dest / "site"),
-            "-r",
-            str(lock_file),
-        ],
-        "pip install of the CUDA 13 toolchain (retry; check that PyPI is reachable)",
+    pip_install_locked(
+        python, dest / "site", lock_file, "pip install of the CUDA 13 toolchain (retry; check that PyPI is reachable)"
     )
     # The pip layout has lib/ but nvcc's profile and CMake expect lib64/ and libcudart.so.
     if not (cu13 / "lib64").exists():

@@ -113,6 +113,24 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return target
 
 
+def planted_site(site: Path, out: Path, member: str, data: bytes) -> Path:
+    """A copy of ``site`` at ``out`` with ``data`` in place of ``member`` (e.g. "cuplug_cuda13/fatbin/
+    libcuplug_vector.so") and that package's manifest agreeing (size, sha256): the loader meets it where it would
+    meet a wrong or lying artifact in the field."""
+    import hashlib
+
+    shutil.copytree(site, out, symlinks=True)
+    package, _, file = member.partition("/")
+    (out / member).write_bytes(data)
+    manifest = out / package / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    for a in doc["artifacts"]:
+        if a["file"] == file:
+            a["size"], a["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+    manifest.write_text(json.dumps(doc))
+    return out
+
+
 def env_for(site: Path, fake_driver_dir: Path | None = None, **extra: str) -> dict[str, str]:
     """A clean environment that sees the backends in ``site`` and, if given, the fake driver."""
     env = clean_env(PYTHONPATH=str(site), **extra)

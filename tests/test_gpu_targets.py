@@ -8,17 +8,15 @@ build/planted/libcuplug_vector.so). Skips without a CC 9.0 GPU or without the si
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, planted_site
 
 pytestmark = pytest.mark.gpu
 
@@ -79,16 +77,7 @@ def test_a_planted_artifact_wrong_on_this_architecture_is_rejected_by_its_self_t
     planted = Path(os.environ.get("CUPLUG_PLANTED_SM90A", ROOT / "build" / "planted" / "libcuplug_vector.so"))
     if not planted.is_file():
         pytest.skip(f"no planted build at {planted} (bench/plant_wrong_sm90a.py makes it)")
-    site = tmp_path / "site"
-    shutil.copytree(_site(), site, symlinks=True)
-    data = planted.read_bytes()
-    (site / "cuplug_cuda13" / "sm90a" / "libcuplug_vector.so").write_bytes(data)
-    manifest = site / "cuplug_cuda13" / "manifest.json"
-    doc = json.loads(manifest.read_text())
-    for a in doc["artifacts"]:
-        if a["file"] == "sm90a/libcuplug_vector.so":
-            a["size"], a["sha256"] = len(data), hashlib.sha256(data).hexdigest()
-    manifest.write_text(json.dumps(doc))
+    site = planted_site(_site(), tmp_path / "site", "cuplug_cuda13/sm90a/libcuplug_vector.so", planted.read_bytes())
     got = _run(site, tmp_path / "cache")
     first = got["attempts"][0]
     assert first[0] == "cuda13/sm90a" and first[1] == "self-test-mismatch", got

@@ -12,7 +12,6 @@ with its output, not the end of the suite.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import sys
 
@@ -20,7 +19,7 @@ import numpy as np
 import pytest
 
 import cuplug
-from conftest import HERE, ROOT, build_shared_library, env_for, needs_wheels, run_py
+from conftest import HERE, ROOT, build_shared_library, env_for, needs_wheels, planted_site, run_py
 from cuplug.contract import dtypes
 from cuplug.contract.errors import BackendError, InvalidInputError, OutOfMemoryError
 from cuplug.runtime import hostbuf, library
@@ -435,8 +434,6 @@ DECIDE = (
 @pytest.fixture(scope="module")
 def liar_site(site, tmp_path_factory):
     """The installed backends with tests/fake_backends/lying_backend.c planted as cuda13/fatbin (manifest agreeing)."""
-    import shutil
-
     out = tmp_path_factory.mktemp("liar")
     so = build_shared_library(
         HERE / "fake_backends" / "lying_backend.c",
@@ -444,18 +441,7 @@ def liar_site(site, tmp_path_factory):
         "-fvisibility=hidden",
         f"-I{ROOT / 'backends' / 'include'}",
     )
-    broken = out / "site"
-    shutil.copytree(site, broken, symlinks=True)
-    target = broken / "cuplug_cuda13" / "fatbin" / "libcuplug_vector.so"
-    data = so.read_bytes()
-    target.write_bytes(data)
-    manifest = broken / "cuplug_cuda13" / "manifest.json"
-    doc = json.loads(manifest.read_text())
-    for a in doc["artifacts"]:
-        if a["file"] == "fatbin/libcuplug_vector.so":
-            a["size"], a["sha256"] = len(data), hashlib.sha256(data).hexdigest()
-    manifest.write_text(json.dumps(doc))
-    return broken
+    return planted_site(site, out / "site", "cuplug_cuda13/fatbin/libcuplug_vector.so", so.read_bytes())
 
 
 @needs_wheels

@@ -10,13 +10,11 @@ CUPLUG_SELFTEST=0|1|always.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
 
 import pytest
 
-from conftest import ROOT, build_shared_library, env_for, needs_wheels, run_cli, run_json
+from conftest import ROOT, build_shared_library, env_for, needs_wheels, planted_site, run_cli, run_json
 
 pytestmark = needs_wheels
 
@@ -47,17 +45,7 @@ def _plant(site, tmp_path, source: str, name: str):
         f"-Wl,--version-script={ROOT / 'backends' / 'cmake' / 'cuplug_exports.map'}",
         "-lm",
     )
-    planted = tmp_path / f"site-{name}"
-    shutil.copytree(site, planted, symlinks=True)
-    data = so.read_bytes()
-    (planted / "cuplug_cuda13" / "fatbin" / "libcuplug_vector.so").write_bytes(data)
-    manifest = planted / "cuplug_cuda13" / "manifest.json"
-    doc = json.loads(manifest.read_text())
-    for a in doc["artifacts"]:
-        if a["file"] == "fatbin/libcuplug_vector.so":
-            a["size"], a["sha256"] = len(data), hashlib.sha256(data).hexdigest()
-    manifest.write_text(json.dumps(doc))
-    return planted
+    return planted_site(site, tmp_path / f"site-{name}", "cuplug_cuda13/fatbin/libcuplug_vector.so", so.read_bytes())
 
 
 @pytest.fixture(scope="module")

@@ -160,24 +160,26 @@ static int shape_from_tuple(PyObject* t, operand* o) {
 
 /* operands.from_torch, for exact torch.Tensor / Parameter: 1 when every check passes. PyTorch's accessors are
  * its C base class's (set_torch): no instance attribute answers, and no Python code of anyone's runs. */
-static int read_torch(PyObject* x, int writable, operand* o) {
-    o->kind = K_TORCH;
+/* What no DLTensor says, asked of PyTorch's accessors by both readers: a strided layout, no lazily negated view
+ * (torch._neg_view, of any dtype), and for an output, no requires-grad. */
+static int torch_flags_ok(PyObject* x, int writable) {
     PyObject* v = tget(G_LAYOUT, x);
     int strided = v && v == torch_strided;
     Py_XDECREF(v);
-    if (!strided || !tget_is(G_IS_NESTED, x, Py_False)) goto fail;
-    v = tget(G_DTYPE, x);
+    return strided && tcall_is(M_IS_NEG, x, Py_False) && (!writable || tget_is(G_REQUIRES_GRAD, x, Py_False));
+}
+
+static int read_torch(PyObject* x, int writable, operand* o) {
+    o->kind = K_TORCH;
+    if (!torch_flags_ok(x, writable) || !tget_is(G_IS_NESTED, x, Py_False)) goto fail;
+    PyObject* v = tget(G_DTYPE, x);
     o->dt = -1;
     for (int i = 0; v && i < n_torch_dtypes; i++)
         if (torch_dtype_objs[i] == v) o->dt = torch_dtype_rows[i];
     Py_XDECREF(v);
-    if (o->dt < 0) goto fail;
-    /* A lazily negated view (torch._neg_view) of any dtype is refused. The conjugate bit needs no look: no dtype
-     * here is complex, and the conjugate of a real number is itself (PyTorch's conj() of a real tensor returns
-     * the tensor unflagged; were a flag set, the bytes would still mean what they say). */
-    if (!tcall_is(M_IS_NEG, x, Py_False)) goto fail;
-    if (writable && !tget_is(G_REQUIRES_GRAD, x, Py_False)) goto fail;
-    if (!tcall_is(M_IS_CONTIGUOUS, x, Py_True)) goto fail;
+    /* (The conjugate bit needs no look: no dtype here is complex, and the conjugate of a real number is itself:
+     * PyTorch's conj() of a real tensor returns the tensor unflagged.) */
+    if (o->dt < 0 || !tcall_is(M_IS_CONTIGUOUS, x, Py_True)) goto fail;
     v = tget(G_IS_CUDA, x);
     if (v == Py_True) {
         Py_DECREF(v);
@@ -245,12 +247,7 @@ static int read_torch_exchange(PyObject* x, int writable, operand* o) {
     }
     if (!byte_size(o)) goto fail;
     o->addr = (uint64_t)(uintptr_t)t.data;
-    if (!span_ok(o)) goto fail;
-    PyObject* v = tget(G_LAYOUT, x);
-    int strided = v && v == torch_strided;
-    Py_XDECREF(v);
-    if (!strided || !tcall_is(M_IS_NEG, x, Py_False)) goto fail;
-    if (writable && !tget_is(G_REQUIRES_GRAD, x, Py_False)) goto fail;
+    if (!span_ok(o) || !torch_flags_ok(x, writable)) goto fail;
     return 1;
 fail:
     PyErr_Clear();

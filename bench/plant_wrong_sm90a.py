@@ -45,7 +45,9 @@ def main() -> int:
             return 1
         cu.write_text(text.replace(RIGHT, WRONG))
         matrix = Path(tmp) / "matrix.json"
-        matrix.write_text(json.dumps({"schema": 1, "min_arch": "75", "variants": {"sm90a": {"sass": ["90a"], "ptx": []}}}))
+        matrix.write_text(
+            json.dumps({"schema": 1, "min_arch": "75", "variants": {"sm90a": {"sass": ["90a"], "ptx": []}}})
+        )
         tc = toolchain.install("cuda13", print)
         cmake = shutil.which("cmake", path=str(Path(sys.executable).parent)) or "cmake"
         sysroot = toolchain.install_sysroot(print, "x86_64")  # as nox -s wheels builds: the manylinux_2_17 floor

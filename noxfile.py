@@ -407,7 +407,9 @@ def _variant_wheels(session: nox.Session, out: Path, arch: str = "x86_64") -> Pa
     from cuplug.kit import variants
 
     shutil.rmtree(out, ignore_errors=True)
-    for _major, build_dir, kw, summary in _matrix_backend_wheels(session, VARIANT_MATRIX, "variant-backends", out, arch):
+    for _major, build_dir, kw, summary in _matrix_backend_wheels(
+        session, VARIANT_MATRIX, "variant-backends", out, arch
+    ):
         variants.build_variant_wheels(build_dir, out, summary=summary, run=session.run, log=session.log, **kw)
     _check_wheels(session, out)
     return out

@@ -45,13 +45,25 @@ BAD = {
     "file": [None, "", "a" * 256, "a\\b", "a\0b", 5],
     "sha256": [None, "ab" * 31, "zz" * 32, "ab" * 33, 1],
     "size": [None, 63, 2**31 + 1, -1, "761400", True, 1.5],
-    "sass": [None, "sm_80", ["sm80"], ["sm_8"], ["sm_80b"], ["compute"], ["sm_12345"], ["sm_80"] * 65, [80]],
+    "sass": [
+        None,
+        "sm_80",
+        ["sm80"],
+        ["sm_8"],
+        ["sm_80b"],
+        ["compute"],
+        ["sm_12345"],
+        ["sm_80"] * 65,
+        [80],
+        ["lto_75"],
+    ],
     "ptx": [None, ["compute_7"], ["ptx_75"], "compute_75"],
     "ptx_isa": [8.4, "8", "8.4.1", "a.b", "8.", "1234.1"],
     "cuda_version": [None, "", "12.", "12.4.1.1", "x", 12.4, "1234"],
     "min_driver": [None, -1, 1_000_000, "12000", 12000.5, False],
     "abi": [None, -1, 1_000_001, "2"],
     "arch": ["", "X86_64", "x" * 33, 64],
+    "lto": [None, "lto_75", ["sm_75"], ["compute_75"], ["lto_75a"], ["lto_7"], ["lto_75"] * 65, [75]],
 }
 # field -> other values it accepts
 ALSO_GOOD = {
@@ -63,6 +75,7 @@ ALSO_GOOD = {
     "cuda_version": ["13", "12.4.1"],
     "arch": [None, "aarch64"],
     "size": [64, 2**31],
+    "lto": [[], ["lto_75"], ["lto_75", "lto_90"]],
 }
 
 

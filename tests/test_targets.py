@@ -52,6 +52,9 @@ RUNS_ON: dict[str, set[tuple[int, int]]] = {
     "compute_100a": {(10, 0)},
     "compute_100f": {(10, 0), (10, 3)},
     "compute_120f": {(12, 0), (12, 1)},
+    # lto_XX: any later GPU, Tegra or not (nvJitLink links it for exactly that GPU)
+    "lto_75": ALL,
+    "lto_90": {cc for cc in CCS if cc >= (9, 0)},
 }
 
 

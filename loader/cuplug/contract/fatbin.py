@@ -10,7 +10,7 @@ The section holds one or more containers, each 8-byte aligned::
     container header (16 B):  u32 magic 0xBA55ED50 | u16 version (1) | u16 header size (16)
                               | u64 size of the entries that follow
     entry (header size B, then payload):
-        +0  u16 kind            1 = PTX, 2 = ELF (SASS), 4 = other (LTO-IR)
+        +0  u16 kind            1 = PTX, 2 = ELF (SASS), 8 = LTO-IR (CUDA 13.0 and 12.4, in __nv_relfatbin)
         +2  u16 entry version   0x0101
         +4  u32 entry header size (offset of the payload)
         +8  u64 payload size (padded)
@@ -24,6 +24,10 @@ The section holds one or more containers, each 8-byte aligned::
 
 Payloads are never decompressed: the facts cuplug needs (kind, arch, ISA) are
 in the entry headers, so parsing is a walk over a few dozen headers.
+
+An LTO variant (docs/lto.md) also has ``__nv_relfatbin``: each source's relocatable
+containers, with its LTO-IR (kind 8), in the same layout. :func:`container` writes the
+one-entry container of a cubin nvJitLink linked at load, the way nvcc's own are laid out.
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ import struct
 from .record import Record
 
 MAGIC = 0xBA55ED50
-KIND_PTX, KIND_ELF = 1, 2
+KIND_PTX, KIND_ELF, KIND_LTO = 1, 2, 8
+RELOCATABLE_SECTION = "__nv_relfatbin"  # the device code of separate compilation (an LTO variant's LTO-IR)
+_ELF_ENTRY_FLAGS = 0x11  # 64-bit, Linux host: what nvcc writes for an uncompressed cubin
 FLAG_ARCH_SPECIFIC, FLAG_FAMILY = 0x100000, 0x200000  # measured: CUDA 12.4 (sm_90a) and 13.0 (sm_90a, sm_100a/f)
 _FLAGS = struct.Struct("<Q")
 _FLAGS_AT = 40
@@ -56,7 +62,8 @@ class Entry(Record):
 
     @property
     def target(self) -> str:
-        return f"{'compute' if self.kind == KIND_PTX else 'sm'}_{self.arch}{self.suffix}"
+        prefix = {KIND_PTX: "compute", KIND_LTO: "lto"}.get(self.kind, "sm")
+        return f"{prefix}_{self.arch}{self.suffix}"
 
 
 class DeviceCode(Record):
@@ -115,6 +122,61 @@ def device_code(section: bytes) -> DeviceCode:
     )
 
 
+def container_size(section: bytes, offset: int) -> int:
+    """The bytes of the container at ``offset`` (its header and entries); 0 for alignment padding."""
+    if offset + _CONTAINER.size > len(section):
+        raise FatbinError(f"offset {offset}: truncated container header")
+    magic, _version, header_size, size = _CONTAINER.unpack_from(section, offset)
+    if magic != MAGIC:
+        if not any(section[offset : offset + 8]):
+            return 0
+        raise FatbinError(f"offset {offset}: magic {magic:#x} is not {MAGIC:#x}")
+    if offset + header_size + size > len(section):
+        raise FatbinError(f"offset {offset}: container of {size} B runs past the section ({len(section)} B)")
+    return header_size + size
+
+
+def lto_targets(section: bytes) -> tuple[str, ...]:
+    """The LTO-IR targets of a ``__nv_relfatbin`` section, sorted by arch: ("lto_75",)."""
+    return tuple(f"lto_{a}" for a in sorted({e.arch for e in parse(section) if e.kind == KIND_LTO}))
+
+
+def container(cubin: bytes, arch: int) -> bytes:
+    """A fat binary container of one uncompressed cubin for ``sm_<arch>``, laid out as nvcc writes its own (the
+    entry's code version is the cubin's ELF ABI version, as cuobjdump shows it: [1,8])."""
+    if cubin[:4] != b"\x7fELF" or len(cubin) < 16:
+        raise FatbinError("not a cubin (no ELF header)")
+    payload = cubin + b"\0" * (-len(cubin) % 8)
+    header = bytearray(64)
+    _ENTRY.pack_into(header, 0, KIND_ELF, 0x0101, len(header), len(payload), 0, 0, cubin[8], 1, arch)
+    _FLAGS.pack_into(header, _FLAGS_AT, _ELF_ENTRY_FLAGS)
+    body = bytes(header) + payload
+    return _CONTAINER.pack(MAGIC, 1, _CONTAINER.size, len(body)) + body
+
+
+def elf_section(data: bytes, name: str) -> bytes | None:
+    """The bytes of section ``name`` of an ELF image (None: no such section); FatbinError for an unreadable one."""
+    import io
+
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        section = ELFFile(io.BytesIO(data)).get_section_by_name(name)
+        if section is None:
+            return None
+        size, offset = int(section["sh_size"]), int(section["sh_offset"])  # unsigned in ELF64
+        if section["sh_type"] == "SHT_NOBITS":  # no bytes in the file (pyelftools would make sh_size zeros)
+            return b""
+        if offset + size > len(data):
+            raise FatbinError(f"{name} claims {size} bytes at offset {offset}, past the end of the file")
+        return section.data()
+    except FatbinError:
+        raise
+    except (ELFError, Exception) as exc:  # hostile input: every parser failure is "unreadable"
+        raise FatbinError(f"not a readable ELF file: {type(exc).__name__}: {exc}") from exc
+
+
 def read_elf(data_or_path: bytes | str) -> DeviceCode | None:
     """The device code of a shared object (bytes or a path); None when it has no ``.nv_fatbin``.
 
@@ -122,28 +184,11 @@ def read_elf(data_or_path: bytes | str) -> DeviceCode | None:
     struct.error, IndexError, ValueError, ...) or a section claiming more bytes than the
     file holds is a FatbinError, never another exception.
     """
-    import io
-
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-
     try:
         data = data_or_path if isinstance(data_or_path, bytes) else open(data_or_path, "rb").read()
     except OSError as exc:
         raise FatbinError(f"cannot read the file: {exc.strerror or exc}") from exc
-    try:
-        section = ELFFile(io.BytesIO(data)).get_section_by_name(".nv_fatbin")
-        if section is None:
-            return None
-        size, offset = int(section["sh_size"]), int(section["sh_offset"])  # unsigned in ELF64
-        if section["sh_type"] == "SHT_NOBITS":  # no bytes in the file (pyelftools would make sh_size zeros)
-            payload = b""
-        elif offset + size > len(data):
-            raise FatbinError(f".nv_fatbin claims {size} bytes at offset {offset}, past the end of the file")
-        else:
-            payload = section.data()
-    except FatbinError:
-        raise
-    except (ELFError, Exception) as exc:  # hostile input: every parser failure is "unreadable"
-        raise FatbinError(f"not a readable ELF file: {type(exc).__name__}: {exc}") from exc
+    payload = elf_section(data, ".nv_fatbin")
+    if payload is None:
+        return None
     return device_code(payload)

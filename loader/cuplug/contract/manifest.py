@@ -124,10 +124,25 @@ def _int(d: dict[str, Any], key: str, lo: int, hi: int) -> int:
     return v
 
 
+def _is_code(text: object, images: tuple[str, ...]) -> bool:
+    from .targets import parse
+
+    return cuda.is_target(text) and parse(str(text)).kind.image in images
+
+
+# The target lists of an entry: which kinds of code each holds, and a good value ("lto" is optional: LTO variants).
+_TARGET_LISTS: dict[str, tuple[tuple[str, ...], str]] = {
+    "sass": (("sass", "ptx"), "targets like sm_80 / compute_75"),
+    "ptx": (("sass", "ptx"), "targets like sm_80 / compute_75"),
+    "lto": (("lto",), "LTO-IR targets like lto_75"),
+}
+
+
 def _targets(d: dict[str, Any], key: str) -> tuple[str, ...]:
-    v = d.get(key)
-    if not isinstance(v, list) or len(v) > MAX_TARGETS or not all(cuda.is_target(t) for t in v):
-        raise ManifestError(f"{key} {_show(v)} is not a list of up to {MAX_TARGETS} targets like sm_80 / compute_75")
+    v = d.get(key, [] if key == "lto" else None)
+    images, shape = _TARGET_LISTS[key]
+    if not isinstance(v, list) or len(v) > MAX_TARGETS or not all(_is_code(t, images) for t in v):
+        raise ManifestError(f"{key} {_show(v)} is not a list of up to {MAX_TARGETS} {shape}")
     return tuple(v)
 
 
@@ -164,8 +179,9 @@ class Artifact(Record):
         "cuda",
         "package_dir",
         "arch",
+        "lto",
     )
-    _defaults: ClassVar[dict[str, Any]] = {"cuda": "", "package_dir": "", "arch": ""}
+    _defaults: ClassVar[dict[str, Any]] = {"cuda": "", "package_dir": "", "arch": "", "lto": ()}
     backend: str
     variant: str
     file: str  # relative to the package directory
@@ -180,6 +196,7 @@ class Artifact(Record):
     cuda: str  # the package's CUDA major, e.g. "cuda12" (not written: the manifest's own "cuda")
     package_dir: str  # absolute directory the manifest was read from (not written)
     arch: str  # CPU architecture from the file's ELF header ("" in manifests from before the field)
+    lto: tuple[str, ...]  # LTO-IR inside (an LTO variant, docs/lto.md), e.g. ("lto_75",); absent: ()
 
     @property
     def path(self) -> str:
@@ -203,6 +220,7 @@ class Artifact(Record):
             min_driver=_int(d, "min_driver", 0, MAX_DRIVER),
             abi=_int(d, "abi", 0, MAX_ABI),
             arch=_string(d, "arch") or "",
+            lto=_targets(d, "lto"),
             cuda=cuda,
             package_dir=package_dir,
         )
@@ -210,9 +228,11 @@ class Artifact(Record):
     def to_json(self) -> dict[str, Any]:
         """The manifest entry, in the order the build writes it."""
         d: dict[str, Any] = {k: getattr(self, k) for k in self.__slots__ if k not in ("cuda", "package_dir")}
-        d["sass"], d["ptx"] = list(self.sass), list(self.ptx)
+        d["sass"], d["ptx"], d["lto"] = list(self.sass), list(self.ptx), list(self.lto)
         if not self.arch:
             del d["arch"]
+        if not self.lto:
+            del d["lto"]
         return d
 
 

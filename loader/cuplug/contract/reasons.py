@@ -15,6 +15,7 @@ CAPABILITY_TOO_LOW = "capability-too-low"
 DRIVER_TOO_OLD = "driver-too-old"
 NO_BACKEND_INSTALLED = "no-backend-installed"
 NO_COMPATIBLE_ARTIFACT = "no-compatible-artifact"
+NVJITLINK_UNAVAILABLE = "nvjitlink-unavailable"
 ARTIFACT_CORRUPT = "artifact-corrupt"
 ABI_MISMATCH = "abi-mismatch"
 LOAD_FAILED = "load-failed"
@@ -34,6 +35,11 @@ TABLE: tuple[tuple[str, int, str], ...] = (
     (DRIVER_TOO_OLD, 13, "the driver cannot run the CUDA runtime, or JIT the PTX, of any artifact"),
     (NO_BACKEND_INSTALLED, 14, "no CUDA extra installed (pip install 'cuplug[cuda13]')"),
     (NO_COMPATIBLE_ARTIFACT, 14, "extras installed, but no artifact holds code this GPU can run"),
+    (
+        NVJITLINK_UNAVAILABLE,
+        14,
+        "only an LTO variant could serve, and no nvJitLink of its CUDA major (new enough) is installed",
+    ),
     (ARTIFACT_CORRUPT, 15, "a file or manifest does not match what was built (size, sha256, ELF, path)"),
     (ABI_MISMATCH, 16, "the artifact speaks another backend ABI version than this cuplug"),
     (LOAD_FAILED, 16, "dlopen, create() or ping() failed"),

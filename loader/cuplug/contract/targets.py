@@ -3,7 +3,8 @@
 The build kit reads it to check a declared target against a toolchain (and to name the fix), the loader to
 judge an artifact for a device (``runs_on``), the tools to say what an artifact supports. A target is spelled
 as nvcc spells it: ``sm_90`` (SASS), ``sm_90a`` (arch-specific SASS), ``sm_100f`` (family SASS),
-``compute_75`` (PTX), ``compute_90a`` / ``compute_100f`` (arch-specific / family PTX).
+``compute_75`` (PTX), ``compute_90a`` / ``compute_100f`` (arch-specific / family PTX), ``lto_75`` (LTO-IR, linked
+for the exact GPU at load by nvJitLink: docs/lto.md).
 
 Sources:
   [ada]  NVIDIA Ada GPU Architecture Compatibility Guide, 1.2: "A cubin generated for a certain compute
@@ -20,6 +21,9 @@ Sources:
          its own SASS or PTX (jax PR #40492, CuPy PR #6875), and a Tegra GPU takes only SASS of exactly its CC.
   [cuda13] CUDA 13.0 release notes: offline compilation for architectures before Turing (sm_50 .. sm_72)
          removed; Jetson Thor renamed from sm_101 to sm_110.
+  [nvjitlink] nvJitLink documentation, "Compatibility", and the MathDx LTO requirements note: LTO-IR is linked
+         for any later architecture; the compiler that made it must be of the same CUDA major as nvJitLink and
+         of the same or an older version (``jitlink_problem``).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ class Kind(Record):
 
     __slots__ = ("name", "image", "suffix", "rule", "since_cuda", "source", "specificity")
     name: str
-    image: str  # "sass" (a cubin: runs as is) or "ptx" (JIT-compiled by the driver)
+    image: str  # "sass" (a cubin: runs as is), "ptx" (JIT-compiled by the driver) or "lto" (linked by nvJitLink)
     suffix: str  # "", "a" or "f"
     rule: str
     since_cuda: int  # the oldest toolkit (cudaRuntimeGetVersion form) that can build it
@@ -59,6 +63,16 @@ KINDS: tuple[Kind, ...] = (
     Kind("compute_XXa", "ptx", "a", "exactly compute capability XX, JIT-compiled", 12000, "[cpg]", 3),
     Kind("compute_XXf", "ptx", "f", "the family of XX (desktop GPUs), JIT-compiled", 12090, "[cpg] [blog]", 4),
     Kind("compute_XX", "ptx", "", "any GPU of compute capability >= XX whose driver knows the PTX ISA", 0, "[ada]", 5),
+    Kind(
+        "lto_XX",
+        "lto",
+        "",
+        "any GPU of compute capability >= XX, linked for exactly it at load by an nvJitLink of the same CUDA major, "
+        "as new or newer than the compiler",
+        12000,
+        "[nvjitlink]",
+        6,
+    ),
 )
 BY_SPELLING = {(k.image, k.suffix): k for k in KINDS}
 
@@ -66,6 +80,8 @@ BY_SPELLING = {(k.image, k.suffix): k for k in KINDS}
 TEGRA: frozenset[tuple[int, int]] = frozenset({(5, 3), (6, 2), (7, 2), (8, 7), (10, 1), (11, 0)})
 # A target a toolkit renamed: (old name, new name, from which CUDA) [cuda13].
 RENAMED: tuple[tuple[str, str, int], ...] = (("101", "110", 13000),)
+# NVIDIA's PyPI wheel of nvJitLink per CUDA major, where it is not plain nvidia-nvjitlink (CUDA 13 dropped the suffix).
+JITLINK_WHEEL: dict[int, str] = {12: "nvidia-nvjitlink-cu12"}
 # The oldest architecture each toolkit major compiles for offline [cuda13].
 OLDEST_BY_MAJOR: dict[int, tuple[int, int]] = {12: (5, 0), 13: (7, 5)}
 
@@ -94,9 +110,10 @@ def parse(text: Any) -> Target:
     prefix, sep, rest = text.partition("_")
     suffix = rest[-1:] if rest[-1:] in ("a", "f") else ""
     digits = rest[: len(rest) - len(suffix)]
-    image = {"sm": "sass", "compute": "ptx"}.get(prefix)
-    if image is None or not sep or not 2 <= len(digits) <= 4 or not (digits.isascii() and digits.isdigit()):
-        raise ValueError(f"not a CUDA target: {text!r} (expected e.g. sm_90, sm_90a, sm_100f, compute_75)")
+    image = {"sm": "sass", "compute": "ptx", "lto": "lto"}.get(prefix)
+    bad_lto = image == "lto" and suffix != ""  # nvcc has no lto_90a / lto_100f
+    if image is None or bad_lto or not sep or not 2 <= len(digits) <= 4 or not (digits.isascii() and digits.isdigit()):
+        raise ValueError(f"not a CUDA target: {text!r} (expected e.g. sm_90, sm_90a, sm_100f, compute_75, lto_75)")
     return Target(text, BY_SPELLING[(image, suffix)], int(digits[:-1]), int(digits[-1]))
 
 
@@ -111,7 +128,7 @@ def runs_on(target: Target, device: tuple[int, int]) -> bool:
     kind = target.kind
     if kind.suffix == "a":
         return target.cc == device
-    if kind.image == "ptx" and kind.suffix == "":  # plain PTX: any later GPU
+    if kind.image != "sass" and kind.suffix == "":  # plain PTX, LTO-IR: any later GPU (JIT-compiled, linked)
         return target.cc <= device
     # SASS, and family PTX: the same major at an equal or higher minor, among desktop GPUs (a family's members:
     # compute_100f serves 10.0 and 10.3, not Jetson Thor's 10.1 [cpg]); a Tegra GPU only its own CC [tegra]
@@ -130,7 +147,7 @@ def why_not(target: Target, device: tuple[int, int]) -> str:
     """Why ``target`` cannot run on ``device``, in the words of its rule (runs_on(...) is False)."""
     cc = f"{device[0]}.{device[1]}"
     kind = target.kind
-    code = "SASS" if kind.image == "sass" else "PTX"
+    code = {"sass": "SASS", "ptx": "PTX", "lto": "LTO-IR"}[kind.image]
     if kind.suffix == "a":
         return f"{target.text} {code} runs only on exactly CC {target.major}.{target.minor}"
     if target.major != device[0] and (kind.image == "sass" or kind.suffix == "f"):
@@ -180,7 +197,7 @@ def describe(texts: list[str] | tuple[str, ...]) -> str:
     family (sm_100f), PTX >= 7.5' (plain desktop SASS: the lowest minor of each major says it)."""
     parts: list[str] = []
     lowest: dict[int, int] = {}
-    for t in sorted(map(parse, texts), key=lambda t: (t.kind.image == "ptx", t.cc, t.kind.specificity)):
+    for t in sorted(map(parse, texts), key=lambda t: (t.kind.image != "sass", t.cc, t.kind.specificity)):
         if t.kind.image == "sass" and not t.kind.suffix and t.cc not in TEGRA:
             if t.major in lowest:
                 continue
@@ -192,6 +209,25 @@ def describe(texts: list[str] | tuple[str, ...]) -> str:
             parts.append(f"{cc}-{t.major}.x family ({t.text})")
         elif t.kind.image == "ptx":
             parts.append(f"PTX >= {cc}")
+        elif t.kind.image == "lto":
+            parts.append(f"LTO-IR >= {cc} (linked at load by nvJitLink)")
         else:
             parts.append(cc if t.cc in TEGRA else f"{cc}-{t.major}.x")
     return ", ".join(parts)
+
+
+def jitlink_problem(built_with: str, jitlink: tuple[int, int] | None) -> str | None:
+    """None when an nvJitLink of version ``jitlink`` (major, minor) can link LTO-IR a CUDA ``built_with`` ("13.0")
+    compiler made [nvjitlink]; else why not, naming the fix. ``jitlink`` None: none was found."""
+    major, _, minor = built_with.partition(".")
+    need = (int(major), int(minor.partition(".")[0] or 0))
+    wheel = JITLINK_WHEEL.get(need[0], "nvidia-nvjitlink")
+    fix = f"pip install '{wheel}>={need[0]}.{need[1]},<{need[0] + 1}'"
+    if jitlink is None:
+        return f"LTO-IR needs nvJitLink {need[0]}.x >= {need[0]}.{need[1]}, none found ({fix})"
+    if jitlink[0] != need[0] or jitlink < need:
+        return (
+            f"LTO-IR of CUDA {built_with} needs nvJitLink {need[0]}.x >= {need[0]}.{need[1]}, found "
+            f"{jitlink[0]}.{jitlink[1]} ({fix})"
+        )
+    return None

@@ -173,13 +173,24 @@ def _shown(message: str, load_path: str, real_path: str) -> str:
     return message
 
 
-def open_backend(load_path: str, real_path: str, device: str | None) -> tuple[BackendLibrary, int, dict[str, Any]]:
+def open_backend(
+    load_path: str, real_path: str, device: str | None, lto_image: str | None = None
+) -> tuple[BackendLibrary, int, dict[str, Any]]:
     """dlopen of the verified bytes at ``load_path`` (never the real path again), then create and ping.
 
-    ``real_path`` is what messages and ``Backend.path`` show. Every failure is an ArtifactError.
+    ``real_path`` is what messages and ``Backend.path`` show. ``lto_image``: an LTO variant's image linked for
+    this GPU (runtime/jitlink.py), named in CUPLUG_LTO_IMAGE while the library's constructors run (the loader's
+    lock is held), and checked in the ping. Every failure is an ArtifactError.
     """
     try:
-        lib = BackendLibrary(load_path)
+        if lto_image is None:
+            lib = BackendLibrary(load_path)
+        else:
+            os.environ["CUPLUG_LTO_IMAGE"] = lto_image
+            try:
+                lib = BackendLibrary(load_path)
+            finally:
+                os.environ.pop("CUPLUG_LTO_IMAGE", None)
     except ArtifactError as exc:
         raise ArtifactError(_shown(str(exc), load_path, real_path), exc.code) from None
     lib.path = real_path
@@ -193,6 +204,12 @@ def open_backend(load_path: str, real_path: str, device: str | None) -> tuple[Ba
             info = parse_ping(text)
         except (ValueError, RecursionError) as exc:
             raise ArtifactError(f"ping returned no usable JSON object: {exc}", reasons.LOAD_FAILED) from None
+        if lto_image is not None and not info.get("lto_linked"):
+            raise ArtifactError(
+                "the image linked for this GPU was not registered (ping: lto_linked null): the library was loaded "
+                "in this process before, or is no LTO variant",
+                reasons.LOAD_FAILED,
+            )
     except BaseException:
         lib.destroy(handle)
         raise

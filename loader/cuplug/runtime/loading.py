@@ -152,7 +152,24 @@ def _decide(
 
     found = _safe_discover(backend)
     facts = None if pol.disable_cuda or pol.forced == "cpu" else probe()
-    return Trace(backend, pol, facts, found, select.decide(backend, pol, facts, found), policy.relevant_env(env))
+    linkers = _jitlink_versions(found) if facts is not None else {}
+    decision = select.decide(backend, pol, facts, found, linkers)
+    return Trace(backend, pol, facts, found, decision, policy.relevant_env(env))
+
+
+def _jitlink_versions(found: Discovery) -> dict[int, tuple[int, int]]:
+    """The nvJitLink installed for each CUDA major an LTO variant needs (nothing is looked for without one)."""
+    majors = {int(a.cuda_version.partition(".")[0]) for a in found.artifacts if a.lto}
+    if not majors:
+        return {}
+    from . import jitlink
+
+    versions = {}
+    for major in majors:
+        lib = jitlink.find(major)
+        if lib is not None:
+            versions[major] = lib.version
+    return versions
 
 
 def explain(backend: str = "vector", device: int | str | None = None, env: Mapping[str, str] | None = None) -> Trace:
@@ -197,6 +214,7 @@ def _execute(trace: Trace) -> Backend:
 
     dev_pref = str(trace.policy.device)
     twins: list[Any] = []  # the CPU twin the self-tests compare with, loaded once (closed after the loop)
+    links: dict[str, Any] = {}  # label -> jitlink.Linked: the image an LTO candidate registered
     with _load_lock:
         try:
             for cand in trace.decided.to_try:
@@ -207,18 +225,20 @@ def _execute(trace: Trace) -> Backend:
                     return verify.verified(art)
 
                 try:
-                    result = _attempt(cand.label, image_of, dev_pref, cand, trace)
+                    result = _attempt(cand.label, image_of, dev_pref, cand, trace, links)
                 except ArtifactError as exc:
                     trace.attempts.append(Attempt(cand.variant, cand.cuda, exc.code, str(exc)))
                     _log("cuplug: %s rejected at load: %s (%s)", cand.label, exc, exc.code)
                     continue
-                mismatch = _self_test(result, cand, trace, twins)
+                mismatch = _self_test(result, cand, trace, twins, links.get(cand.label))
                 if mismatch:
                     result.close()
                     trace.attempts.append(Attempt(cand.variant, cand.cuda, reasons.SELF_TEST_MISMATCH, mismatch))
                     _log("cuplug: %s rejected by its self-test: %s", cand.label, mismatch)
                     continue
-                trace.attempts.append(Attempt(cand.variant, cand.cuda, reasons.OK, "loaded"))
+                linked = links.get(cand.label)
+                loaded = "loaded" if linked is None else f"loaded; {linked.text()}"
+                trace.attempts.append(Attempt(cand.variant, cand.cuda, reasons.OK, loaded))
                 trace.served, trace.loaded = cand, result
                 return result
         finally:
@@ -252,7 +272,7 @@ def _execute(trace: Trace) -> Backend:
         return result
 
 
-def _self_test(result: Backend, cand: Candidate, trace: Trace, twins: list[Any]) -> str | None:
+def _self_test(result: Backend, cand: Candidate, trace: Trace, twins: list[Any], linked: Any = None) -> str | None:
     """The candidate's numerical self-test (selftest.py) against the CPU twin; the mismatch, or None."""
     from . import selftest, verify
 
@@ -276,7 +296,8 @@ def _self_test(result: Backend, cand: Candidate, trace: Trace, twins: list[Any])
     k = selftest.key(
         device.uuid if device is not None else None,
         probe.driver_version if probe is not None else None,
-        cand.artifact.sha256 if cand.artifact is not None else None,
+        # an LTO candidate's code is the image linked for this GPU: its digest is part of what passed
+        (cand.artifact.sha256 + (f"+{linked.sha256}" if linked is not None else "")) if cand.artifact else None,
     )
     try:
         outcome = selftest.run(result, twin_of, cand.label, k, trace.policy.selftest)
@@ -286,14 +307,28 @@ def _self_test(result: Backend, cand: Candidate, trace: Trace, twins: list[Any])
     return outcome.why if outcome.outcome == "mismatch" else None
 
 
-def _attempt(label: str, image_of: Callable[[], Verified], device: str, cand: Candidate, trace: Trace) -> Backend:
-    """Verify + dlopen + create + ping + the Backend, every failure an ArtifactError with a code."""
+def _attempt(
+    label: str,
+    image_of: Callable[[], Verified],
+    device: str,
+    cand: Candidate,
+    trace: Trace,
+    links: dict[str, Any] | None = None,
+) -> Backend:
+    """Verify + (an LTO candidate: link for the GPU) + dlopen + create + ping + the Backend, every failure an
+    ArtifactError with a code."""
     from . import library
     from .api import Backend
 
     try:
         image = image_of()
-        lib, handle, info = library.open_backend(image.load_path, image.path, device)
+        lto_image = None
+        if cand.link_for is not None and cand.artifact is not None:
+            linked = _link(image, cand, trace)
+            lto_image = linked.path
+            if links is not None:
+                links[label] = linked
+        lib, handle, info = library.open_backend(image.load_path, image.path, device, lto_image)
     except ArtifactError:
         raise
     except Exception as exc:  # anything unexpected is a rejected candidate, never an exception out of load()
@@ -303,3 +338,24 @@ def _attempt(label: str, image_of: Callable[[], Verified], device: str, cand: Ca
     except Exception as exc:
         lib.destroy(handle)
         raise ArtifactError(f"{label}: unusable ping answer: {type(exc).__name__}: {exc}", reasons.LOAD_FAILED) from exc
+
+
+def _link(image: Verified, cand: Candidate, trace: Trace) -> Any:
+    """The image of an LTO candidate linked for its GPU (runtime/jitlink.py): cached, or linked now."""
+    from . import jitlink
+
+    art, arch = cand.artifact, cand.link_for
+    assert art is not None and arch is not None
+    major = int(art.cuda_version.partition(".")[0])
+    found = jitlink.find(major)
+    if found is None:
+        raise ArtifactError(f"no nvJitLink {major}.x found to link lto for sm_{arch}", reasons.NVJITLINK_UNAVAILABLE)
+    probe = trace.probe
+    device = next((d for d in (probe.devices if probe else ()) if d.index == trace.policy.device), None)
+    key = jitlink.cache_key(
+        device.uuid if device else None, probe.driver_version if probe else None, art.sha256, arch, found
+    )
+    try:
+        return jitlink.image_for(image.load_path, key, arch, found)
+    except (jitlink.JitLinkError, OSError, ValueError) as exc:
+        raise ArtifactError(f"linking its LTO-IR for sm_{arch} failed: {exc}", reasons.LOAD_FAILED) from exc

@@ -7,7 +7,8 @@ first in the order ``load()`` tries them, each rejected one with the reason a pe
 would want to read, the CPU backend last, and the code and reason of the decision
 itself: the chosen candidate's, or why it is the CPU. ``load()`` executes it as it is.
 
-The order is :data:`TIERS` (NVIDIA's compatibility rules); within a tier the newer CUDA
+The order is :data:`TIERS` (NVIDIA's compatibility rules; an LTO variant's LTO-IR, linked at load by nvJitLink,
+after every SASS and before PTX); within a tier the newer CUDA
 target kind wins (contract/targets.py: ``sm_90a`` before ``sm_90``, made for the device more
 narrowly), then the newer CUDA toolkit (its runtime has the later fixes), then the smaller file,
 then the variant name, so the order is deterministic with several extras installed. Artifacts
@@ -25,6 +26,7 @@ from ..contract.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any, ClassVar
 
     from ..contract.manifest import Artifact
@@ -45,23 +47,30 @@ TIERS: tuple[Tier, ...] = (
     Tier(0, "forced", "CUPLUG_BACKEND names it: tried first, whatever the rules below say (still verified)"),
     Tier(1, "exact SASS", "SASS for exactly the device's architecture (a dedicated variant before a fatbin)"),
     Tier(2, "SASS of a lower minor", "SASS of the same major and a lower minor, the highest minor first"),
-    Tier(3, "PTX", "PTX for a target <= the device's, whose ISA the driver can JIT (the first launch pays the JIT)"),
-    Tier(4, "CPU", "the CPU twin of the backend: always there, always last"),
+    Tier(
+        3,
+        "LTO-IR",
+        "LTO-IR for a target <= the device's, linked for exactly it at load by an installed nvJitLink (the first "
+        "load pays the link; the image is cached)",
+    ),
+    Tier(4, "PTX", "PTX for a target <= the device's, whose ISA the driver can JIT (the first launch pays the JIT)"),
+    Tier(5, "CPU", "the CPU twin of the backend: always there, always last"),
 )
-TIER_FORCED, TIER_EXACT_SASS, TIER_LOWER_MINOR_SASS, TIER_PTX, TIER_CPU = (t.number for t in TIERS)
+TIER_FORCED, TIER_EXACT_SASS, TIER_LOWER_MINOR_SASS, TIER_LTO, TIER_PTX, TIER_CPU = (t.number for t in TIERS)
 TIER_REJECTED = 99  # rejected candidates sort after every accepted one
 # When every CUDA artifact is rejected, the decision names the most actionable reason first.
 FALLBACK_PRIORITY: tuple[str, ...] = (
     reasons.CAPABILITY_TOO_LOW,
     reasons.DRIVER_TOO_OLD,
+    reasons.NVJITLINK_UNAVAILABLE,
     reasons.NO_COMPATIBLE_ARTIFACT,
     reasons.ARTIFACT_CORRUPT,
 )
 
 
 class Candidate(Record):
-    __slots__ = ("variant", "cuda", "accepted", "code", "reason", "tier", "artifact", "specificity")
-    _defaults: ClassVar[dict[str, Any]] = {"artifact": None, "specificity": 9}
+    __slots__ = ("variant", "cuda", "accepted", "code", "reason", "tier", "artifact", "specificity", "link_for")
+    _defaults: ClassVar[dict[str, Any]] = {"artifact": None, "specificity": 9, "link_for": None}
     variant: str
     cuda: str | None  # None for the CPU backend
     accepted: bool
@@ -70,6 +79,7 @@ class Candidate(Record):
     tier: int
     artifact: Artifact | None
     specificity: int  # the kind of the target that serves (targets.Kind.specificity): sm_90a before sm_90
+    link_for: int | None  # an LTO variant served linked: the SM to link its LTO-IR for (90); None: as built
 
     @property
     def label(self) -> str:
@@ -124,8 +134,11 @@ def _why_no_sass(artifact: Artifact, cc: tuple[int, int]) -> str:
     return "; ".join(parts[:3]) + ("; ..." if len(parts) > 3 else "")
 
 
-def judge(artifact: Artifact, cc: tuple[int, int], driver: int) -> Candidate:
-    """Accepts or rejects one artifact for a device of capability ``cc`` on a driver of version ``driver``."""
+def judge(
+    artifact: Artifact, cc: tuple[int, int], driver: int, jitlink: Mapping[int, tuple[int, int]] | None = None
+) -> Candidate:
+    """Accepts or rejects one artifact for a device of capability ``cc`` on a driver of version ``driver``;
+    ``jitlink`` maps a CUDA major to the version of the nvJitLink installed for it (none: absent)."""
 
     def reject(code: str, why: str) -> Candidate:
         return Candidate(artifact.variant, artifact.cuda, False, code, why, TIER_REJECTED, artifact)
@@ -144,6 +157,19 @@ def judge(artifact: Artifact, cc: tuple[int, int], driver: int) -> Candidate:
         tier, specificity, target = sass
         return accept(tier, f"{TIERS[tier].name} {target} for CC {cc[0]}.{cc[1]}", specificity)
     no_sass = _why_no_sass(artifact, cc)
+    no_lto = None
+    lto = [t for t in map(targets.parse, artifact.lto) if targets.runs_on(t, cc)]
+    if lto:
+        found = (jitlink or {}).get(int(artifact.cuda_version.partition(".")[0]))
+        no_lto = targets.jitlink_problem(artifact.cuda_version, found)
+        if no_lto is None:
+            return accept(
+                TIER_LTO,
+                f"LTO-IR {lto[0].text} linked for sm_{cc[0]}{cc[1]} at load by nvJitLink {found[0]}.{found[1]}; "
+                "the first load pays the link (cached)",
+                lto[0].kind.specificity,
+            )._replace(link_for=cc[0] * 10 + cc[1])
+        no_sass = f"{no_sass}; {no_lto}"
     ptx = [t for t in map(targets.parse, artifact.ptx) if targets.runs_on(t, cc)]
     for t in sorted(ptx, key=lambda t: (t.kind.specificity, -t.major, -t.minor)):
         need = ptx_driver_needed(artifact.ptx_isa)
@@ -159,7 +185,7 @@ def judge(artifact: Artifact, cc: tuple[int, int], driver: int) -> Candidate:
             t.kind.specificity,
         )
     why_ptx = "; ".join(targets.why_not(targets.parse(p), cc) for p in artifact.ptx) if artifact.ptx else "no PTX"
-    return reject(reasons.NO_COMPATIBLE_ARTIFACT, f"{no_sass}; {why_ptx}")
+    return reject(reasons.NVJITLINK_UNAVAILABLE if no_lto else reasons.NO_COMPATIBLE_ARTIFACT, f"{no_sass}; {why_ptx}")
 
 
 def _order_key(c: Candidate) -> tuple[object, ...]:
@@ -181,6 +207,7 @@ def rank(
     forced_cuda: str | None = None,
     device_problem: tuple[str, str] | None = None,
     unusable_packages: list[tuple[str, str]] | tuple[tuple[str, str], ...] = (),
+    jitlink: Mapping[int, tuple[int, int]] | None = None,
 ) -> list[Candidate]:
     """Every artifact judged and ordered, the CPU backend last.
 
@@ -190,6 +217,7 @@ def rank(
     the rest follow as the fall-through); ``forced="cpu"`` keeps only the CPU.
     ``unusable_packages`` (cuda, why) are installed packages whose manifest could
     not be read: each is a rejected ``manifest`` candidate (artifact-corrupt), so it shows.
+    ``jitlink``: the nvJitLink version installed per CUDA major (LTO variants, judge()).
     """
     broken = [
         Candidate("manifest", cuda, False, reasons.ARTIFACT_CORRUPT, why, TIER_REJECTED)
@@ -208,7 +236,7 @@ def rank(
             code, why = device_problem or (reasons.NO_DEVICE, "no device facts")
             c = Candidate(a.variant, a.cuda, False, code, why, TIER_REJECTED, a)
         else:
-            c = judge(a, capability, driver_version)
+            c = judge(a, capability, driver_version, jitlink)
         if forced and a.variant == forced and forced_cuda in (None, a.cuda) and device_problem is None:
             rules = "would be accepted: " if c.accepted else "rules say: "
             c = c._replace(
@@ -257,9 +285,16 @@ def install_hint(found: Discovery) -> str:
     return "pip install " + " or ".join(f"'{dist}[{extra}]'" for extra in found.extras)
 
 
-def decide(backend: str, policy: Policy, probe: ProbeResult | None, found: Discovery) -> Decision:
+def decide(
+    backend: str,
+    policy: Policy,
+    probe: ProbeResult | None,
+    found: Discovery,
+    jitlink: Mapping[int, tuple[int, int]] | None = None,
+) -> Decision:
     """The decision for ``backend`` from the facts; ``probe`` is None when the driver was not asked
-    (CUDA disabled, or CUPLUG_BACKEND=cpu). Raises ConfigError for a forced variant nobody installed."""
+    (CUDA disabled, or CUPLUG_BACKEND=cpu); ``jitlink`` the nvJitLink versions found (LTO variants).
+    Raises ConfigError for a forced variant nobody installed."""
     if policy.disable_cuda:
         why = f"{policy.disabled_by}=1: CUDA disabled, libcuda.so.1 not opened"
         return Decision(backend, (cpu_candidate(reasons.DISABLED, why),), reasons.DISABLED, why)
@@ -276,6 +311,7 @@ def decide(backend: str, policy: Policy, probe: ProbeResult | None, found: Disco
             forced_cuda=policy.forced_cuda,
             device_problem=problem,
             unusable_packages=unusable,
+            jitlink=jitlink,
         )
     )
     first = candidates[0]

@@ -47,7 +47,7 @@ def _described(tmp_path, monkeypatch, cpu_lib_path, variant, found):
     so = tmp_path / variant / "libcuplug_vector.so"
     so.parent.mkdir()
     shutil.copyfile(cpu_lib_path, so)
-    monkeypatch.setattr(artifacts, "read_device_code", lambda tc, path: found)
+    monkeypatch.setattr(artifacts, "read_device_code", lambda tc, path, lto=False: (*found, []))
     tc = Toolchain("cuda13", "13.0", tmp_path, tmp_path / "nvcc", tmp_path / "cuobjdump", arch=host_arch())
     spec = artifacts.BuildSpec(tc, ROOT / "backends", tmp_path, log=lambda _msg: None)
     return artifacts.describe(spec, variant, MATRIX, [75, 80, 90])
@@ -173,7 +173,7 @@ def test_several_sources_each_with_its_fat_binary_pass(tmp_path):
         ("_ZN3two1kEPf",),
         ("_ZN5three1kEPf",),
     ]
-    assert artifacts.read_device_code(tc, so) == (["sm_75", "sm_80"], ["compute_80"], "9.0")
+    assert artifacts.read_device_code(tc, so) == (["sm_75", "sm_80"], ["compute_80"], "9.0", [])
     code = fatbin.read_elf(str(so))  # what `cuplug inspect` reports agrees
     assert (list(code.sass), list(code.ptx), code.ptx_isa) == (["sm_75", "sm_80"], ["compute_80"], "9.0")
 

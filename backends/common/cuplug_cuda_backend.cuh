@@ -64,6 +64,10 @@
 #ifndef CUPLUG_PTX_LIST
 #define CUPLUG_PTX_LIST ""
 #endif
+#ifdef CUPLUG_LTO_LIST
+// cuplug_lto_image.cpp (linked into LTO variants): the SM of the image linked at load, 0 for the built one.
+extern "C" __attribute__((visibility("hidden"))) int cuplug_lto_linked_arch;
+#endif
 
 // A named namespace, not an anonymous one: cudafe++ names anonymous namespaces
 // with a random per-compile id, which made two clean builds differ.
@@ -1272,6 +1276,15 @@ CUPLUG_API int cuplug_backend_ping(cuplug_backend* h, char* buf, int len) {
     cuplug_text_json_string(&t, CUPLUG_SASS_LIST);
     cuplug_text_printf(&t, ",\"ptx\":");
     cuplug_text_json_string(&t, CUPLUG_PTX_LIST);
+#ifdef CUPLUG_LTO_LIST
+    // An LTO variant: its LTO-IR targets, and the SM its registered image was linked for (null: the built one).
+    cuplug_text_printf(&t, ",\"lto\":");
+    cuplug_text_json_string(&t, CUPLUG_LTO_LIST);
+    if (cuplug_lto_linked_arch > 0)
+      cuplug_text_printf(&t, ",\"lto_linked\":\"sm_%d\"", cuplug_lto_linked_arch);
+    else
+      cuplug_text_printf(&t, ",\"lto_linked\":null");
+#endif
     cuplug_text_printf(&t,
                        ",\"staging\":{\"threads\":%d,\"chunk_kb\":%llu,\"copy\":\"%s\",\"schedule\":\"%s\"}",
                        h->staging.threads, (unsigned long long)(h->staging.chunk_bytes >> 10),

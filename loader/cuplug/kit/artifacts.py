@@ -106,6 +106,34 @@ def expected_targets(
     return ([f"sm_{a}" for a in expand(spec["sass"], "sass")], [f"compute_{a}" for a in expand(spec["ptx"], "ptx")])
 
 
+def expected_lto(matrix: dict, variant: str, archs: list[int], cuda_version: str | None = None) -> list[str]:
+    """The LTO-IR targets a variant declares ("lto": ["75"], docs/lto.md): an LTO variant is device-linked, so it
+    holds SASS (its registered image, the first "sass" arch) and no PTX."""
+    spec = matrix["variants"][variant]
+    value = spec.get("lto", [])
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise BuildError(f'variant {variant}: lto = {value!r} (use a list of arch numbers like ["75"])')
+    if not value:
+        return []
+    if spec.get("ptx") or not isinstance(spec.get("sass"), list) or not spec["sass"]:
+        raise BuildError(
+            f'variant {variant}: an LTO variant lists its SASS (the device link\'s image, e.g. "sass": '
+            f"[{value[0]!r}]) and no PTX (a device link keeps SASS only)"
+        )
+    found = []
+    for a in value:
+        try:
+            target = targets.parse(f"lto_{a}")
+        except ValueError as exc:
+            raise BuildError(f"variant {variant}: lto lists {a!r}: {exc}") from None
+        listed = frozenset(str(x) for x in archs)
+        why = targets.buildable(target, _version_number(cuda_version) if cuda_version else None, listed)
+        if why:
+            raise BuildError(f"variant {variant}: {why}")
+        found.append(target.text)
+    return found
+
+
 def _version_number(version: str) -> int:
     """'12.4' -> 12040 (cudaRuntimeGetVersion's form)."""
     major, _, minor = version.partition(".")
@@ -211,8 +239,11 @@ def describe(spec: BuildSpec, variant: str, matrix: dict, archs: list[int]) -> A
     so = spec.build_dir / variant / f"libcuplug_{spec.backend}.so"
     if not so.is_file():
         raise BuildError(f"{tc.major}/{variant}: {so} was not built")
-    sass, ptx, isa = read_device_code(tc, so)
+    want_lto = expected_lto(matrix, variant, archs, tc.version)
+    sass, ptx, isa, lto = read_device_code(tc, so, lto=bool(want_lto))
     want_sass, want_ptx = expected_targets(matrix, variant, archs, tc.version)
+    if lto != want_lto:
+        raise BuildError(f"{tc.major}/{variant}: built file holds LTO-IR {lto}, the matrix declares {want_lto}")
     if (sass, ptx) != (sorted(want_sass, key=devicecode._arch_key), sorted(want_ptx, key=devicecode._arch_key)):
         raise BuildError(
             f"{tc.major}/{variant}: built file holds SASS {sass} PTX {ptx}, "
@@ -239,6 +270,7 @@ def describe(spec: BuildSpec, variant: str, matrix: dict, archs: list[int]) -> A
         min_driver=min_driver,
         abi=abi.ABI_VERSION,
         arch=arch or "",
+        lto=tuple(lto),
     )
 
 
@@ -270,7 +302,8 @@ def build_backend(spec: BuildSpec) -> Path:
         built = f", built in {seconds[variant]:.1f} s" if seconds[variant] else ", up to date"
         spec.log(
             f"{tc.major}/{variant}: {art.arch}, {art.size:,} B, SASS {','.join(art.sass) or '-'}, "
-            f"PTX {','.join(art.ptx) or '-'}{f' (ISA {art.ptx_isa})' if art.ptx_isa else ''}{built}"
+            f"PTX {','.join(art.ptx) or '-'}{f' (ISA {art.ptx_isa})' if art.ptx_isa else ''}"
+            f"{', LTO-IR ' + ','.join(art.lto) if art.lto else ''}{built}"
         )
         report[variant] = {"bytes": art.size, "seconds": round(seconds[variant], 3)}
         warning = heavy(f"{tc.major}/{variant}", seconds[variant], art.size)

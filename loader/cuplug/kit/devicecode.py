@@ -174,9 +174,35 @@ def _arch_key(target: str) -> tuple[int, str]:
     return int(re.sub(r"\D", "", target)), target[-1] if target[-1] in "af" else ""
 
 
-def read_device_code(tc: Toolchain, so: Path) -> tuple[list[str], list[str], str | None]:
-    """(sass, ptx, ptx_isa) of a built library, read by the toolkit's cuobjdump and checked (check_images)."""
-    if _section(so, "__nv_relfatbin") is not None:
+def read_lto(so: Path, section: bytes) -> list[str]:
+    """The LTO-IR targets of an LTO variant's ``__nv_relfatbin``: every source's container must hold the same."""
+    try:
+        per_source, offset = [], 0
+        while offset < len(section):
+            size = fatbin.container_size(section, offset)
+            if size:
+                per_source.append(fatbin.lto_targets(section[offset : offset + size]))
+            offset = (offset + max(size, 1) + 7) & ~7
+    except fatbin.FatbinError as exc:
+        raise BuildError(f"{so}: its relocatable device code (__nv_relfatbin) is unreadable: {exc}") from exc
+    if not per_source or not per_source[0] or len(set(per_source)) != 1:
+        raise BuildError(
+            f"{so}: an LTO variant needs the same LTO-IR in every source's relocatable code; found {per_source} "
+            "(a source compiled without the variant's lto_XX, or a linked static library with device code?)"
+        )
+    return list(per_source[0])
+
+
+def read_device_code(tc: Toolchain, so: Path, lto: bool = False) -> tuple[list[str], list[str], str | None, list[str]]:
+    """(sass, ptx, ptx_isa, lto) of a built library, read by the toolkit's cuobjdump and checked (check_images).
+    ``lto``: the variant declares LTO-IR, so its relocatable code (``__nv_relfatbin``) is expected and read."""
+    relocatable = _section(so, fatbin.RELOCATABLE_SECTION)
+    lto_targets: list[str] = []
+    if lto:
+        if relocatable is None:
+            raise BuildError(f"{so}: the variant declares LTO-IR but the file has no {fatbin.RELOCATABLE_SECTION}")
+        lto_targets = read_lto(so, relocatable)
+    elif relocatable is not None:
         raise BuildError(
             f"{so}: holds relocatable device code (section __nv_relfatbin): it was built with separable "
             "compilation (CUDA_SEPARABLE_COMPILATION, -rdc=true or -dc) and a device link. cuplug compiles each "
@@ -190,4 +216,4 @@ def read_device_code(tc: Toolchain, so: Path) -> tuple[list[str], list[str], str
     versions = sorted({im.isa for im in images if not im.sass and im.isa})
     if ptx and len(versions) != 1:
         raise BuildError(f"{so}: expected one PTX ISA version, found {versions}")
-    return sass, ptx, versions[0] if ptx else None
+    return sass, ptx, versions[0] if ptx else None, lto_targets

@@ -300,6 +300,22 @@ def install_cuda12(log: Log) -> Toolchain:
     return tc
 
 
+def install_nvjitlink(log: Log, python: str = sys.executable) -> Path:
+    """NVIDIA's nvJitLink wheels of both majors (toolchains/nvjitlink.txt) in a private site directory, for the
+    tests and benchmarks of LTO variants (docs/lto.md): put it on sys.path and the loader finds them there."""
+    lock_file = toolchains_dir() / "nvjitlink.txt"
+    dest = cache_root() / "toolchains" / f"nvjitlink-{_digest(lock_file)}"
+    if _reusable("nvjitlink", dest, log):
+        return dest / "site"
+    _fresh_dir(dest)
+    log("nvjitlink: pip install of the pinned nvJitLink wheels (about 60 MB)")
+    pip_install_locked(
+        python, dest / "site", lock_file, "pip install of nvJitLink (retry; check that PyPI is reachable)"
+    )
+    (dest / ".complete").touch()
+    return dest / "site"
+
+
 def install_cuda13(log: Log, python: str = sys.executable) -> Toolchain:
     """CUDA 13.0.2 from PyPI into a private --target directory."""
     lock_file = toolchains_dir() / "cuda13.txt"

@@ -86,3 +86,23 @@ def test_a_planted_artifact_wrong_on_this_architecture_is_rejected_by_its_self_t
     assert got["variant"] == "cuda12/sm90a" and got["sum"] == sum(range(64)) + 64
     assert [s["outcome"] for s in got["selftests"]] == ["mismatch", "passed"]
     assert not (tmp_path / "cache" / "selftest").exists() or len(list((tmp_path / "cache" / "selftest").iterdir())) == 1
+
+
+@pytest.mark.parametrize("major", ["cuda13", "cuda12"])
+def test_the_lto_variant_is_linked_for_this_gpu_and_computes_right(major, tmp_path):
+    """packaging/hopper.json's lto variant: nvJitLink (the GPU machine's, or one on CUPLUG_NVJITLINK_SITE) links its
+    LTO-IR for sm_90 at load; the kernels of the linked image run and agree with the CPU twin; the image is kept."""
+    from cuplug.runtime import jitlink
+
+    extra = os.environ.get("CUPLUG_NVJITLINK_SITE", "")
+    if jitlink.find(int(major[4:]), path=[extra, *sys.path] if extra else None) is None:
+        pytest.skip(f"no nvJitLink {major[4:]}.x installed here or on CUPLUG_NVJITLINK_SITE")
+    site = _site()
+    path = f"{site}{os.pathsep}{extra}" if extra else str(site)
+    first = _run(site, tmp_path / "cache", CUPLUG_BACKEND=f"{major}:lto", CUPLUG_SELFTEST="always", PYTHONPATH=path)
+    assert first["variant"] == f"{major}/lto" and first["device_type"] == 2, first
+    assert first["sum"] == sum(range(64)) + 64 and first["selftests"][0]["outcome"] == "passed", first
+    assert "LTO-IR linked for sm_90: linked by nvJitLink" in first["attempts"][-1][2], first
+    again = _run(site, tmp_path / "cache", CUPLUG_BACKEND=f"{major}:lto", PYTHONPATH=path)
+    assert again["variant"] == f"{major}/lto" and again["sum"] == first["sum"]
+    assert again["attempts"][-1][2].endswith("LTO-IR linked for sm_90: reused from the cache"), again

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Issue 33 on the GPU machine, in one call: the Hopper build's checks (bench/gpu_targets.sh: sm90a/sm90 selected and
+# run, the planted wrong sm90a rejected, the self-test's cost) with the LTO variant's GPU tests; then the LTO
+# variant against SASS and PTX (bench/lto_cost.py); then the host's launch costs (bench/cuda_call_costs.cu).
+# Carried: dist, dist-hopper, build/planted, build/nvjitlink-wheels (the pinned nvidia-nvjitlink wheel(s) of
+# toolchains/nvjitlink.txt: `pip download --no-deps -d build/nvjitlink-wheels -r toolchains/nvjitlink.txt`).
+# $OUT gets: run.log, targets-tests.log, targets-doctor.txt, selftest-cost-{hopper,default}.json, lto-cost.json,
+# cuda-call-costs.json.   Usage (device machine, repo root): bash bench/gpu_lto.sh
+set -o pipefail
+ROOT=$(pwd)
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/run.log"
+rm -rf /tmp/site /tmp/nvjl
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$ROOT"/dist/*.whl || exit 1
+if ls "$ROOT"/build/nvjitlink-wheels/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/nvjl "$ROOT"/build/nvjitlink-wheels/*.whl
+fi
+export CUPLUG_NVJITLINK_SITE=/tmp/nvjl PYTHONUNBUFFERED=1
+PYTHONPATH=/tmp/site python3 -c "
+import sys; sys.path[:0] = ['/tmp/nvjl']
+from cuplug.runtime import jitlink
+for m in (12, 13): print('nvJitLink', m, jitlink.find(m))" | tee -a "$OUT/run.log"
+bash "$ROOT/bench/gpu_targets.sh" 2>&1 | tee -a "$OUT/run.log" | tail -30
+cd /tmp || exit 1
+PYTHONPATH="/tmp/hopper-site:/tmp/nvjl" timeout 300 python3 "$ROOT/bench/lto_cost.py" 7 > "$OUT/lto-cost.json"
+python3 -c "
+import json, sys; d = json.load(open(sys.argv[1]))
+print(d.get('error', '')[-2000:])
+for m, v in d.get('load', {}).items(): print(m, v['variant'], 'load', v['load_ms'], 'link', v['link_ms'])
+for k, v in d.get('speed_ms_per_call', {}).items(): print(k, {r: x['ms'] if isinstance(x, dict) else x for r, x in v.items()})
+" "$OUT/lto-cost.json" | tee -a "$OUT/run.log"
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+"$NVCC" -O2 -o /tmp/costs "$ROOT/bench/cuda_call_costs.cu" -lcuda -ldl \
+  && /tmp/costs 20000 /tmp/site/cuplug_cuda13/fatbin/libcuplug_vector.so | tee "$OUT/cuda-call-costs.json"

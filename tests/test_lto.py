@@ -1,0 +1,373 @@
+"""LTO-IR variants (issue 33 part 3, docs/lto.md) on the CPU machine.
+
+What is real here: the kit builds `vector`'s LTO variant with the pinned CUDA 13 and 12 toolchains; NVIDIA's
+nvJitLink (the pinned wheels, toolchains/nvjitlink.txt) links it for GPUs of several capabilities, and cuobjdump
+reads the container cuplug wraps the cubin in; the loader, on the fake driver, decides, links, caches and hands the
+image to the library's registration; the registration swap itself (backends/common/cuplug_lto_image.cpp) runs
+against a stand-in for the CUDA runtime's. Only running the linked kernels needs a GPU (tests/test_gpu_targets.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, env_for, run_json
+from cuplug.contract import fatbin, manifest, reasons, targets
+from cuplug.runtime import jitlink, select
+from test_select import make_variant
+
+MATRIX = {
+    "schema": 1,
+    "min_arch": "75",
+    "variants": {"lto": {"sass": ["75"], "ptx": [], "lto": ["75"], "about": "LTO-IR test variant"}},
+}
+
+
+# ---- the contract: the kind, its rule, the version rule, the container --------------------------------------
+
+
+def test_lto_targets_parse_and_describe():
+    t = targets.parse("lto_75")
+    assert (t.kind.name, t.kind.image, t.cc) == ("lto_XX", "lto", (7, 5))
+    for bad in ("lto_90a", "lto_100f", "lto_7", "lto_"):
+        with pytest.raises(ValueError):
+            targets.parse(bad)
+    assert targets.describe(["sm_75", "lto_75"]) == "7.5-7.x, LTO-IR >= 7.5 (linked at load by nvJitLink)"
+    assert targets.why_not(targets.parse("lto_90"), (8, 6)) == "lto_90 LTO-IR needs CC >= 9.0"
+
+
+@pytest.mark.parametrize(
+    ("built_with", "found", "words"),
+    [
+        ("13.0", (13, 0), None),
+        ("13.0", (13, 2), None),  # newer of the same major: fine
+        ("12.4", (12, 9), None),
+        ("13.0", None, "none found (pip install 'nvidia-nvjitlink>=13.0,<14')"),
+        ("12.4", None, "pip install 'nvidia-nvjitlink-cu12>=12.4,<13'"),
+        ("12.4", (12, 3), "found 12.3"),  # older than the compiler
+        ("12.4", (13, 0), "needs nvJitLink 12.x >= 12.4, found 13.0"),  # another major
+        ("13.1", (13, 0), "found 13.0"),
+    ],
+)
+def test_which_nvjitlink_may_link_which_lto_ir(built_with, found, words):
+    why = targets.jitlink_problem(built_with, found)
+    assert (why is None) if words is None else (words in why)
+
+
+def _cubin(arch: int = 90, size: int = 100) -> bytes:
+    return b"\x7fELF" + bytes([2, 1, 1, 0x33, 8]) + bytes(size - 9)
+
+
+def test_the_container_of_a_linked_cubin_reads_back():
+    data = fatbin.container(_cubin(90, 101), 90)
+    assert len(data) % 8 == 0 and fatbin.container_size(data, 0) == len(data)
+    (entry,) = fatbin.parse(data)
+    assert (entry.kind, entry.arch, entry.version, entry.compressed, entry.payload_size) == (2, 90, (1, 8), False, 104)
+    assert fatbin.device_code(data).sass == ("sm_90",)
+    with pytest.raises(fatbin.FatbinError, match="not a cubin"):
+        fatbin.container(b"MZ" + bytes(100), 90)
+    assert fatbin.container_size(bytes(16), 0) == 0  # alignment padding
+    with pytest.raises(fatbin.FatbinError):
+        fatbin.container_size(b"\x01" * 16, 0)
+    with pytest.raises(fatbin.FatbinError, match="runs past"):
+        fatbin.container_size(data[:-8], 0)
+
+
+# ---- the selection: where an LTO variant ranks, and why it is skipped --------------------------------------
+
+
+def _lto(**kw):
+    fields = {"variant": "lto", "sass": ("sm_75",), "ptx": (), "ptx_isa": None, "lto": ("lto_75",)}
+    return make_variant(**{**fields, "cuda": "cuda13", "cuda_version": "13.0", **kw})
+
+
+@pytest.mark.parametrize("cc", [(8, 0), (8, 6), (8, 7), (9, 0), (10, 3), (12, 1)])
+def test_an_lto_variant_is_linked_for_exactly_the_gpu(cc):
+    c = select.judge(_lto(), cc, 13000, {13: (13, 0)})
+    assert c.accepted and c.tier == select.TIER_LTO and c.link_for == cc[0] * 10 + cc[1], c.reason
+    assert f"linked for sm_{cc[0]}{cc[1]}" in c.reason and "nvJitLink 13.0" in c.reason
+
+
+def test_its_own_sass_serves_as_built_and_without_nvjitlink_it_is_skipped_with_the_fix():
+    exact = select.judge(_lto(), (7, 5), 13000, {})
+    assert exact.accepted and exact.tier == select.TIER_EXACT_SASS and exact.link_for is None
+    skipped = select.judge(_lto(), (9, 0), 13000, {})
+    assert not skipped.accepted and skipped.code == reasons.NVJITLINK_UNAVAILABLE
+    assert "pip install 'nvidia-nvjitlink>=13.0,<14'" in skipped.reason
+    old = select.judge(_lto(cuda_version="13.1"), (9, 0), 13000, {13: (13, 0)})
+    assert old.code == reasons.NVJITLINK_UNAVAILABLE and "found 13.0" in old.reason
+    other_major = select.judge(_lto(), (9, 0), 13000, {12: (12, 9)})
+    assert other_major.code == reasons.NVJITLINK_UNAVAILABLE
+    too_old_gpu = select.judge(_lto(lto=("lto_90",), sass=("sm_90",)), (8, 6), 13000, {13: (13, 0)})
+    assert too_old_gpu.code == reasons.NO_COMPATIBLE_ARTIFACT and "sm_90 SASS" in too_old_gpu.reason
+
+
+def test_lto_ranks_after_every_sass_and_before_ptx():
+    sm80 = make_variant(variant="sm80", sass=("sm_80",), cuda="cuda13", cuda_version="13.0")
+    ptx = make_variant(variant="ptx", sass=(), ptx=("compute_75",), ptx_isa="9.0", cuda="cuda13", cuda_version="13.0")
+    order = [c.variant for c in select.rank([ptx, _lto(), sm80], (8, 6), 13000, jitlink={13: (13, 0)}) if c.accepted]
+    assert order == ["sm80", "lto", "ptx", "cpu"]
+    without = select.rank([ptx, _lto()], (9, 0), 13000, jitlink={})
+    assert [c.variant for c in without if c.accepted] == ["ptx", "cpu"]
+    assert next(c for c in without if c.variant == "lto").code == reasons.NVJITLINK_UNAVAILABLE
+
+
+def test_when_only_an_lto_variant_could_serve_the_decision_names_nvjitlink():
+    from cuplug.runtime.policy import from_env
+    from test_select import _found, _probe
+
+    probe, found = _probe(driver=13000), _found(_lto())
+    d = select.decide("vector", from_env({}), probe, found, {})
+    assert d.code == reasons.NVJITLINK_UNAVAILABLE and "nvidia-nvjitlink" in d.reason
+    assert select.decide("vector", from_env({}), probe, found, {13: (13, 0)}).chosen.variant == "lto"
+
+
+# ---- finding nvJitLink the way cuda-pathfinder does, without loading it --------------------------------------
+
+
+def _wheel(site: Path, sub: str, major: int, dist: str) -> Path:
+    lib = site / sub / f"libnvJitLink.so.{major}"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"\x7fELF")
+    (site / f"{dist}.dist-info").mkdir()
+    return lib
+
+
+def test_nvjitlink_is_found_in_nvidias_wheels_and_toolkits_by_major(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    lib13 = _wheel(one, "nvidia/cu13/lib", 13, "nvidia_nvjitlink-13.0.88")
+    lib12 = _wheel(two, "nvidia/nvjitlink/lib", 12, "nvidia_nvjitlink_cu12-12.4.127")
+    found = jitlink.find(13, path=[str(two), str(one)], env={})
+    assert (found.path, found.version, found.full) == (str(lib13), (13, 0), "13.0.88")
+    assert jitlink.find(12, path=[str(one), str(two)], env={}).path == str(lib12)
+    assert jitlink.find(14, path=[str(one), str(two)], env={}) is None
+    toolkit = tmp_path / "cuda" / "lib64"
+    toolkit.mkdir(parents=True)
+    (toolkit / "libnvJitLink.so.12.6.85").write_bytes(b"\x7fELF")
+    (toolkit / "libnvJitLink.so.12").symlink_to("libnvJitLink.so.12.6.85")
+    found = jitlink.find(12, path=[], env={"CUDA_HOME": str(tmp_path / "cuda")})
+    assert (found.version, found.full, found.how) == ((12, 6), "12.6.85", "$CUDA_HOME")
+    # a dist-info of another major says nothing about this file: it is asked (here: unloadable, so unused)
+    _wheel(tmp_path / "three", "nvidia/cu13/lib", 13, "nvidia_nvjitlink_cu12-12.4.127")
+    assert jitlink.find(13, path=[str(tmp_path / "three")], env={}) is None
+
+
+# ---- the registration swap, against a stand-in for the runtime's __cudaRegisterFatBinary ----------------------
+
+HARNESS = r"""
+#include "cuplug_lto_image.cpp"
+static void* g_seen;
+extern "C" void** __real___cudaRegisterFatBinary(void* w) { g_seen = w; return (void**)w; }
+extern "C" __attribute__((visibility("default"))) const void* harness_register(void* w) {
+  __wrap___cudaRegisterFatBinary(w); return g_seen; }
+extern "C" __attribute__((visibility("default"))) int harness_arch() { return cuplug_lto_linked_arch; }
+"""
+
+
+class _Wrapper(ctypes.Structure):
+    _fields_ = [
+        ("magic", ctypes.c_int),
+        ("version", ctypes.c_int),
+        ("data", ctypes.c_void_p),
+        ("other", ctypes.c_void_p),
+    ]
+
+
+def _harness(tmp_path: Path) -> Path:
+    if shutil.which("c++") is None:
+        pytest.skip("needs a host C++ compiler")
+    (tmp_path / "h.cpp").write_text(HARNESS)
+    so = tmp_path / "libharness.so"
+    common = ROOT / "backends" / "common"
+    subprocess.run(
+        ["c++", "-shared", "-fPIC", "-O1", f"-I{common}", "-o", str(so), str(tmp_path / "h.cpp")], check=True
+    )
+    return so
+
+
+SWAP = (
+    "import ctypes, json, sys\n"
+    "class W(ctypes.Structure):\n"
+    "    _fields_ = [('magic', ctypes.c_int), ('version', ctypes.c_int), ('data', ctypes.c_void_p), ('o', ctypes.c_void_p)]\n"
+    "lib = ctypes.CDLL(sys.argv[1]); lib.harness_register.restype = ctypes.c_void_p\n"
+    "built = W(0x466243b1, 2, 1234, 5678)\n"
+    "seen = W.from_address(lib.harness_register(ctypes.byref(built)))\n"
+    "data = ctypes.string_at(seen.data, 64) if seen.data != 1234 else b''\n"
+    "print(json.dumps({'built': ctypes.addressof(seen) == ctypes.addressof(built), 'magic': seen.magic,\n"
+    "                  'version': seen.version, 'arch': lib.harness_arch(), 'head': data.hex()}))\n"
+)
+
+
+def _swap(so: Path, image: str | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "CUPLUG_LTO_IMAGE"}
+    if image is not None:
+        env["CUPLUG_LTO_IMAGE"] = image
+    proc = subprocess.run([sys.executable, "-c", SWAP, str(so)], env=env, capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout)
+
+
+def test_the_registration_takes_the_linked_image_and_only_a_whole_one(tmp_path):
+    so = _harness(tmp_path)
+    image = tmp_path / "linked.fatbin"
+    data = fatbin.container(_cubin(90, 200), 90)
+    image.write_bytes(data)
+    swapped = _swap(so, str(image))
+    assert swapped["built"] is False and swapped["version"] == 1 and swapped["magic"] == 0x466243B1
+    assert swapped["arch"] == 90 and bytes.fromhex(swapped["head"]) == data[:64]
+    for name, content in [("missing", None), ("empty", b""), ("garbage", b"\x01" * 100), ("short", data[:40])]:
+        path = tmp_path / name
+        if content is not None:
+            path.write_bytes(content)
+        kept = _swap(so, str(path))
+        assert kept["built"] is True and kept["arch"] == 0, name  # the built image, and the ping says null
+    assert _swap(so, None)["built"] is True
+    assert _swap(so, str(tmp_path))["built"] is True  # a directory
+
+
+# ---- the real thing: the kit builds it, nvJitLink links it, cuobjdump reads it, the loader serves it ----------
+
+
+@pytest.fixture(scope="module")
+def jitlink_site() -> Path:
+    from cuplug.kit import toolchain
+
+    return toolchain.install_nvjitlink(lambda _msg: None)
+
+
+def _build(major: str, out: Path, matrix: dict = MATRIX) -> subprocess.CompletedProcess[str]:
+    if shutil.which("c++") is None:
+        pytest.skip("needs a host C++ compiler")
+    (out.parent / f"{out.name}.json").write_text(json.dumps(matrix))
+    args = ["--cuda", major, "--source", str(ROOT / "backends"), "--out", str(out), "--backend", "vector"]
+    args += ["--matrix", str(out.parent / f"{out.name}.json")]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run(
+        [sys.executable, "-m", "cuplug.kit", "variants", *args], capture_output=True, text=True, env=env, timeout=900
+    )
+
+
+@pytest.fixture(scope="module")
+def built13(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("lto13") / "build"
+    proc = _build("cuda13", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def _kernels(tc, path: Path) -> list[str]:
+    out = subprocess.run([str(tc.cuobjdump), "-symbols", str(path)], capture_output=True, text=True, check=True)
+    return sorted(line.split()[-1] for line in out.stdout.splitlines() if "STO_ENTRY" in line)
+
+
+@pytest.mark.parametrize("major", ["cuda13", "cuda12"])
+def test_the_kit_builds_an_lto_variant_and_nvjitlink_links_it_for_each_gpu(major, built13, tmp_path, jitlink_site):
+    from cuplug.kit import toolchain
+
+    tc = toolchain.install(major, lambda _msg: None)
+    build = built13
+    if major == "cuda12":
+        build = tmp_path / "build"
+        proc = _build(major, build)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    (art,) = manifest.read_strict(build, major)
+    assert (art.sass, art.ptx, art.lto) == (("sm_75",), (), ("lto_75",))
+    so = build / art.file
+    found = jitlink.find(int(major[4:]), path=[str(jitlink_site)], env={})
+    assert found is not None and found.version[0] == int(major[4:])
+    built_kernels = _kernels(tc, so)
+    assert len(built_kernels) > 10
+    os.environ["CUPLUG_CACHE_DIR"] = str(tmp_path / "cache")
+    try:
+        for arch in (90, 87, 86):  # Hopper, a Tegra (Orin), a desktop minor no SASS of the variant is for
+            linked = jitlink.image_for(str(so), f"{major}-{arch}", arch, found)
+            assert not linked.cached and linked.arch == arch
+            listed = subprocess.run([str(tc.cuobjdump), "-lelf", linked.path], capture_output=True, text=True).stdout
+            assert f"sm_{arch}.cubin" in listed, listed
+            assert _kernels(tc, Path(linked.path)) == built_kernels  # every kernel, linked for that GPU
+        again = jitlink.image_for(str(so), f"{major}-90", 90, found)
+        assert again.cached and again.sha256 == hashlib.sha256(Path(again.path).read_bytes()).hexdigest()
+        Path(again.path).write_bytes(Path(again.path).read_bytes()[:100])  # a torn write is linked again
+        assert not jitlink.image_for(str(so), f"{major}-90", 90, found).cached
+    finally:
+        del os.environ["CUPLUG_CACHE_DIR"]
+    if major == "cuda13":
+        with pytest.raises(jitlink.JitLinkError, match="sm_999"):
+            jitlink.link(found, fatbin.elf_section(so.read_bytes(), fatbin.RELOCATABLE_SECTION), 999)
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ({"sass": [], "ptx": [], "lto": ["75"]}, "an LTO variant lists its SASS"),
+        ({"sass": ["75"], "ptx": ["75"], "lto": ["75"]}, "and no PTX"),
+        ({"sass": ["75"], "ptx": [], "lto": ["70"]}, "CUDA 13 compiles for CC >= 7.5 only"),
+        ({"sass": ["75"], "ptx": [], "lto": "75"}, "use a list"),
+    ],
+)
+def test_the_kit_refuses_an_lto_variant_it_cannot_build(spec, words, tmp_path):
+    from cuplug.kit import artifacts
+
+    matrix = {**MATRIX, "variants": {"lto": spec}}
+    with pytest.raises(artifacts.BuildError, match=words):
+        artifacts.expected_lto(matrix, "lto", [75, 80, 90], "13.0")
+
+
+def _lto_site(site: Path, built: Path, out: Path) -> Path:
+    """The installed backend wheels with cuda13's artifacts replaced by the LTO variant alone (cuda12's none)."""
+    shutil.copytree(site, out, symlinks=True)
+    for package, keep in (("cuplug_cuda13", True), ("cuplug_cuda12", False)):
+        doc = json.loads((out / package / "manifest.json").read_text())
+        doc["artifacts"] = []
+        if keep:
+            (art,) = manifest.read_strict(built, "cuda13")
+            (out / package / "lto").mkdir()
+            shutil.copyfile(built / art.file, out / package / art.file)
+            doc["artifacts"] = [art.to_json()]
+        (out / package / "manifest.json").write_text(json.dumps(doc))
+    return out
+
+
+LOAD = (
+    "import json, cuplug\n"
+    "b = cuplug.load(); t = b.trace\n"
+    "c = t.decided.candidates[0]\n"
+    "print(json.dumps({'served': b.variant, 'code': t.decision_code, 'reason': t.decision_reason,\n"
+    "                  'first': [c.label, c.code, c.reason, c.link_for],\n"
+    "                  'attempts': [[a.label, a.code, a.reason] for a in t.attempts]}))"
+)
+
+
+def test_the_loader_links_an_lto_variant_for_the_gpu_and_says_why_not_without_nvjitlink(
+    site, built13, fake_driver_dir, jitlink_site, tmp_path
+):
+    lto_site = _lto_site(site, built13, tmp_path / "site")
+    cache = tmp_path / "cache"
+    without = run_json(LOAD, env_for(lto_site, fake_driver_dir, CUPLUG_CACHE_DIR=str(cache)))
+    assert without["served"] == "cpu" and without["code"] == reasons.NVJITLINK_UNAVAILABLE
+    assert "pip install 'nvidia-nvjitlink>=13.0,<14'" in without["reason"]
+    assert not (cache / "lto").exists()
+    path = f"{lto_site}{os.pathsep}{jitlink_site}"
+    for devices, arch in (("9.0", 90), ("8.7", 87)):
+        env = env_for(lto_site, fake_driver_dir, CUPLUG_CACHE_DIR=str(cache), FAKE_CUDA_DEVICES=devices)
+        env["PYTHONPATH"] = path
+        got = run_json(LOAD, env)
+        label, code, reason, link_for = got["first"]
+        assert (label, code, link_for) == ("cuda13/lto", reasons.OK, arch), got
+        assert f"linked for sm_{arch}" in reason and "nvJitLink 13.0" in reason
+        # The fake driver runs no CUDA runtime: create() fails after the link, and the CPU serves.
+        assert got["served"] == "cpu" and got["attempts"][0][0] == "cuda13/lto", got
+        images = [fatbin.parse(p.read_bytes()) for p in (cache / "lto").glob("*.fatbin")]
+        assert any(len(e) == 1 and e[0].arch == arch and e[0].kind == fatbin.KIND_ELF for e in images), images
+    count = len(list((cache / "lto").glob("*.fatbin")))
+    env["PYTHONPATH"] = path
+    run_json(LOAD, env)  # the same GPU again: the cached image, nothing linked
+    assert len(list((cache / "lto").glob("*.fatbin"))) == count == 2

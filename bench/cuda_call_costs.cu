@@ -106,6 +106,19 @@ int main(int argc, char** argv) {
            cuCtxGetCurrent(&c);
          }));
   printf(", \"launch <<<1,256>>>, host only\": %.1f", host_only_ns(n, [&] { add1<<<1, 256, 0, s>>>(x, y, o, 1); }));
+  // The driver's launch of the same kernel by handle (issue 30: is the runtime's stub-to-function lookup a part of
+  // the launch's cost?): cudaGetFuncBySymbol gives the CUfunction the runtime itself launches.
+  cudaFunction_t fn = nullptr;
+  if (cudaGetFuncBySymbol(&fn, (const void*)add1) == cudaSuccess) {
+    long long one = 1;
+    void* args[] = {&x, &y, &o, &one};
+    printf(", \"cuLaunchKernel by handle, host only\": %.1f", host_only_ns(n, [&] {
+             cuLaunchKernel((CUfunction)fn, 1, 1, 1, 256, 1, 1, 0, (CUstream)s, args, nullptr);
+           }));
+    printf(", \"cudaLaunchKernel, host only\": %.1f", host_only_ns(n, [&] {
+             cudaLaunchKernel((const void*)add1, dim3(1), dim3(256), args, 0, s);
+           }));
+  }
   if (argc > 2) {  // the backend's whole C call: checks, cudaSetDevice, pointer queries, the launch
     void* lib = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) {

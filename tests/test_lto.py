@@ -371,3 +371,18 @@ def test_the_loader_links_an_lto_variant_for_the_gpu_and_says_why_not_without_nv
     env["PYTHONPATH"] = path
     run_json(LOAD, env)  # the same GPU again: the cached image, nothing linked
     assert len(list((cache / "lto").glob("*.fatbin"))) == count == 2
+
+
+def test_inspect_reads_the_lto_ir_and_names_a_manifest_that_hides_it(built13, tmp_path):
+    from cuplug.tools import inspection
+
+    (ok,) = inspection.inspect_target(str(built13))
+    assert ok.ok and ok.found["lto"] == ["lto_75"] and ok.found["sass"] == ["sm_75"], ok
+    assert "LTO  lto_75 (linked at load by nvJitLink)" in inspection.format_findings([ok])
+    lying = tmp_path / "lying"
+    shutil.copytree(built13, lying, ignore=shutil.ignore_patterns("CMakeFiles", "*.ninja*", "cuplug-kit"))
+    doc = json.loads((lying / "manifest.json").read_text())
+    del doc["artifacts"][0]["lto"]
+    (lying / "manifest.json").write_text(json.dumps(doc))
+    (bad,) = inspection.inspect_target(str(lying))
+    assert not bad.ok and "lto: file has ['lto_75'], manifest says []" in bad.problems

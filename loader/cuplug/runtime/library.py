@@ -154,6 +154,9 @@ class BackendLibrary:
         return E_INVALID_ARGUMENT, "ping: the backend's description kept growing"
 
 
+LTO_IMAGE_VARIABLE = "CUPLUG_LTO_IMAGE"  # read by backends/common/cuplug_lto_image.cpp during dlopen
+
+
 def parse_ping(text: str) -> dict[str, Any]:
     """The ping answer as a JSON object; ValueError (or RecursionError) for anything else."""
     if len(text) > MAX_PING_JSON:
@@ -182,17 +185,18 @@ def open_backend(
     this GPU (runtime/jitlink.py), named in CUPLUG_LTO_IMAGE while the library's constructors run (the loader's
     lock is held), and checked in the ping. Every failure is an ArtifactError.
     """
+    # The variable is cuplug's to set: a value left in the environment never reaches a library loaded as built.
+    inherited = os.environ.pop(LTO_IMAGE_VARIABLE, None)
     try:
-        if lto_image is None:
-            lib = BackendLibrary(load_path)
-        else:
-            os.environ["CUPLUG_LTO_IMAGE"] = lto_image
-            try:
-                lib = BackendLibrary(load_path)
-            finally:
-                os.environ.pop("CUPLUG_LTO_IMAGE", None)
+        if lto_image is not None:
+            os.environ[LTO_IMAGE_VARIABLE] = lto_image
+        lib = BackendLibrary(load_path)
     except ArtifactError as exc:
         raise ArtifactError(_shown(str(exc), load_path, real_path), exc.code) from None
+    finally:
+        os.environ.pop(LTO_IMAGE_VARIABLE, None)
+        if inherited is not None:
+            os.environ[LTO_IMAGE_VARIABLE] = inherited
     lib.path = real_path
     handle = lib.create(device)
     try:

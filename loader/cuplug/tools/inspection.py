@@ -21,7 +21,7 @@ from ..contract import fatbin, manifest
 from ..contract.elfarch import machine_of
 from ..contract.manifest import Artifact, ManifestError
 
-FIELDS = ("sass", "ptx", "ptx_isa")
+FIELDS = ("sass", "ptx", "ptx_isa", "lto")
 # An artifact is read whole to parse its ELF sections: larger members/files are refused, never read.
 MAX_INSPECT_BYTES = 512 << 20
 MAX_WHEEL_MEMBERS = 100_000
@@ -50,13 +50,15 @@ class Finding:
 
 def _facts(data: bytes) -> dict[str, Any]:
     code = fatbin.read_elf(data)
+    relocatable = fatbin.elf_section(data, fatbin.RELOCATABLE_SECTION)  # an LTO variant's LTO-IR (docs/lto.md)
+    lto = list(fatbin.lto_targets(relocatable)) if relocatable else []
     if code is None:
-        return {"sass": [], "ptx": [], "ptx_isa": None}
-    return {"sass": list(code.sass), "ptx": list(code.ptx), "ptx_isa": code.ptx_isa}
+        return {"sass": [], "ptx": [], "ptx_isa": None, "lto": lto}
+    return {"sass": list(code.sass), "ptx": list(code.ptx), "ptx_isa": code.ptx_isa, "lto": lto}
 
 
 def _expected(art: Artifact) -> dict[str, Any]:
-    return {"sass": list(art.sass), "ptx": list(art.ptx), "ptx_isa": art.ptx_isa}
+    return {"sass": list(art.sass), "ptx": list(art.ptx), "ptx_isa": art.ptx_isa, "lto": list(art.lto)}
 
 
 def _check(where: str, data: bytes, art: Artifact | None) -> Finding:
@@ -236,5 +238,7 @@ def format_findings(findings: list[Finding]) -> str:
         lines.append(f"        CPU  {f.arch or '?'}")
         lines.append(f"        SASS {sass}")
         lines.append(f"        PTX  {ptx}{isa}")
+        if f.found.get("lto"):
+            lines.append(f"        LTO  {','.join(f.found['lto'])} (linked at load by nvJitLink)")
         lines.extend(f"        ! {p}" for p in f.problems)
     return "\n".join(lines)

@@ -2,8 +2,9 @@
 # Issue 33 on the GPU machine, in one call: the Hopper build's checks (bench/gpu_targets.sh: sm90a/sm90 selected and
 # run, the planted wrong sm90a rejected, the self-test's cost) with the LTO variant's GPU tests; then the LTO
 # variant against SASS and PTX (bench/lto_cost.py); then the host's launch costs (bench/cuda_call_costs.cu).
-# Carried: dist, dist-hopper, build/planted, build/nvjitlink-wheels (the pinned nvidia-nvjitlink wheel(s) of
-# toolchains/nvjitlink.txt: `pip download --no-deps -d build/nvjitlink-wheels -r toolchains/nvjitlink.txt`).
+# Carried: dist's wheels, dist-hopper, build/planted, build/nvjitlink (the pinned nvidia-nvjitlink wheel(s) of
+# toolchains/nvjitlink.txt, `pip download --no-deps -d build/nvjitlink -r toolchains/nvjitlink.txt`, or, to fit
+# the 64 MiB a call carries, its `pip install --target` directory as an .tar.xz: 28 MB for 13.0.88's 40 MB wheel).
 # $OUT gets: run.log, targets-tests.log, targets-doctor.txt, selftest-cost-{hopper,default}.json, lto-cost.json,
 # cuda-call-costs.json.   Usage (device machine, repo root): bash bench/gpu_lto.sh
 set -o pipefail
@@ -11,9 +12,11 @@ ROOT=$(pwd)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/run.log"
 rm -rf /tmp/site /tmp/nvjl
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$ROOT"/dist/*.whl || exit 1
-if ls "$ROOT"/build/nvjitlink-wheels/*.whl > /dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/nvjl "$ROOT"/build/nvjitlink-wheels/*.whl
-fi
+mkdir -p /tmp/nvjl
+for f in "$ROOT"/build/nvjitlink/*.whl; do
+  [ -e "$f" ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/nvjl "$f"
+done
+for f in "$ROOT"/build/nvjitlink/*.tar.xz; do [ -e "$f" ] && tar -C /tmp/nvjl -xJf "$f"; done
 export CUPLUG_NVJITLINK_SITE=/tmp/nvjl PYTHONUNBUFFERED=1
 PYTHONPATH=/tmp/site python3 -c "
 import sys; sys.path[:0] = ['/tmp/nvjl']

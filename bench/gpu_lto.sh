@@ -6,6 +6,7 @@
 # toolchains/nvjitlink.txt, `pip download --no-deps -d build/nvjitlink -r toolchains/nvjitlink.txt`, or, to fit
 # the 64 MiB a call carries, its `pip install --target` directory as an .tar.xz: 28 MB for 13.0.88's 40 MB wheel).
 # $OUT gets: run.log, targets-tests.log, targets-doctor.txt, selftest-cost-{hopper,default}.json, lto-cost.json,
+# cupy-fast-tests.log, dispatch-cupy.json,
 # cuda-call-costs.json.   Usage (device machine, repo root): bash bench/gpu_lto.sh
 set -o pipefail
 ROOT=$(pwd)
@@ -34,3 +35,10 @@ for k, v in d.get('speed_ms_per_call', {}).items(): print(k, {r: x['ms'] if isin
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 "$NVCC" -O2 -o /tmp/costs "$ROOT/bench/cuda_call_costs.cu" -lcuda -ldl \
   && /tmp/costs 20000 /tmp/site/cuplug_cuda13/fatbin/libcuplug_vector.so | tee "$OUT/cuda-call-costs.json"
+# issue 30: the CuPy fast path's GPU tests, and run(out=) on CuPy arrays beside cupy.add (bench_dispatch.py)
+cd /tmp || exit 1
+PYTHONPATH=/tmp/site timeout 120 python3 -m pytest "$ROOT/tests/test_gpu_cupy_fast.py" -p no:cacheprovider \
+  --rootdir="$ROOT" -c "$ROOT/pyproject.toml" -q -rfE -o addopts="" 2>&1 | tee "$OUT/cupy-fast-tests.log" | tail -8
+PYTHONPATH=/tmp/site timeout 150 python3 -m pytest "$ROOT/bench/bench_dispatch.py" -p no:cacheprovider --rootdir="$ROOT" \
+  -q -o addopts="" -k "per_call_cuda and (cupy or torch.add or run)" --benchmark-json="$OUT/dispatch-cupy.json" \
+  --benchmark-columns=median,iqr,min,rounds 2>&1 | tail -25 | tee -a "$OUT/run.log"

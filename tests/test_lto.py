@@ -107,6 +107,13 @@ def test_its_own_sass_serves_as_built_and_without_nvjitlink_it_is_skipped_with_t
     assert old.code == reasons.NVJITLINK_UNAVAILABLE and "found 13.0" in old.reason
     other_major = select.judge(_lto(), (9, 0), 13000, {12: (12, 9)})
     assert other_major.code == reasons.NVJITLINK_UNAVAILABLE
+    cuda12 = _lto(cuda="cuda12", cuda_version="12.4", sass=("sm_75",))
+    blackwell = select.judge(cuda12, (12, 0), 13000, {12: (12, 4)})  # nvJitLink 12.4 knows no sm_120
+    assert blackwell.code == reasons.NVJITLINK_UNAVAILABLE
+    assert "nvJitLink 12.4 cannot link for sm_120: CUDA 12.8 is the first to know it" in blackwell.reason
+    assert select.judge(cuda12, (12, 0), 13000, {12: (12, 8)}).link_for == 120
+    thor = select.judge(cuda12, (11, 0), 13000, {12: (12, 9)})  # sm_110 came with CUDA 13: no 12.x links it
+    assert thor.code == reasons.NVJITLINK_UNAVAILABLE and "this LTO-IR is CUDA 12's" in thor.reason
     too_old_gpu = select.judge(_lto(lto=("lto_90",), sass=("sm_90",)), (8, 6), 13000, {13: (13, 0)})
     assert too_old_gpu.code == reasons.NO_COMPATIBLE_ARTIFACT and "sm_90 SASS" in too_old_gpu.reason
 
@@ -146,8 +153,10 @@ def test_nvjitlink_is_found_in_nvidias_wheels_and_toolkits_by_major(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     lib13 = _wheel(one, "nvidia/cu13/lib", 13, "nvidia_nvjitlink-13.0.88")
     lib12 = _wheel(two, "nvidia/nvjitlink/lib", 12, "nvidia_nvjitlink_cu12-12.4.127")
-    found = jitlink.find(13, path=[str(two), str(one)], env={})
+    found = jitlink.find(13, path=[b"/bytes", str(two), str(one)], env={})  # sys.path may hold bytes
     assert (found.path, found.version, found.full) == (str(lib13), (13, 0), "13.0.88")
+    newer = _wheel(tmp_path / "newer", "nvidia/cu13/lib", 13, "nvidia_nvjitlink-13.2.51")
+    assert jitlink.find(13, path=[str(one), str(tmp_path / "newer")], env={}).path == str(newer)  # the newest
     assert jitlink.find(12, path=[str(one), str(two)], env={}).path == str(lib12)
     assert jitlink.find(14, path=[str(one), str(two)], env={}) is None
     toolkit = tmp_path / "cuda" / "lib64"
@@ -156,7 +165,7 @@ def test_nvjitlink_is_found_in_nvidias_wheels_and_toolkits_by_major(tmp_path):
     (toolkit / "libnvJitLink.so.12").symlink_to("libnvJitLink.so.12.6.85")
     found = jitlink.find(12, path=[], env={"CUDA_HOME": str(tmp_path / "cuda")})
     assert (found.version, found.full, found.how) == ((12, 6), "12.6.85", "$CUDA_HOME")
-    # a dist-info of another major says nothing about this file: it is asked (here: unloadable, so unused)
+    # a dist-info of another major says nothing about this file, and its name no version: passed over
     _wheel(tmp_path / "three", "nvidia/cu13/lib", 13, "nvidia_nvjitlink_cu12-12.4.127")
     assert jitlink.find(13, path=[str(tmp_path / "three")], env={}) is None
 
@@ -199,7 +208,7 @@ SWAP = (
     "class W(ctypes.Structure):\n"
     "    _fields_ = [('magic', ctypes.c_int), ('version', ctypes.c_int), ('data', ctypes.c_void_p), ('o', ctypes.c_void_p)]\n"
     "lib = ctypes.CDLL(sys.argv[1]); lib.harness_register.restype = ctypes.c_void_p\n"
-    "built = W(0x466243b1, 2, 1234, 5678)\n"
+    "built = W(0x466243b1, int(sys.argv[2]), 1234, 5678)\n"
     "seen = W.from_address(lib.harness_register(ctypes.byref(built)))\n"
     "data = ctypes.string_at(seen.data, 64) if seen.data != 1234 else b''\n"
     "print(json.dumps({'built': ctypes.addressof(seen) == ctypes.addressof(built), 'magic': seen.magic,\n"
@@ -207,11 +216,12 @@ SWAP = (
 )
 
 
-def _swap(so: Path, image: str | None) -> dict:
+def _swap(so: Path, image: str | None, version: int = 2) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "CUPLUG_LTO_IMAGE"}
     if image is not None:
         env["CUPLUG_LTO_IMAGE"] = image
-    proc = subprocess.run([sys.executable, "-c", SWAP, str(so)], env=env, capture_output=True, text=True, check=True)
+    argv = [sys.executable, "-c", SWAP, str(so), str(version)]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
     return json.loads(proc.stdout)
 
 
@@ -223,7 +233,11 @@ def test_the_registration_takes_the_linked_image_and_only_a_whole_one(tmp_path):
     swapped = _swap(so, str(image))
     assert swapped["built"] is False and swapped["version"] == 1 and swapped["magic"] == 0x466243B1
     assert swapped["arch"] == 90 and bytes.fromhex(swapped["head"]) == data[:64]
-    for name, content in [("missing", None), ("empty", b""), ("garbage", b"\x01" * 100), ("short", data[:40])]:
+    torn = [("short", data[:40]), ("torn", data[:100]), ("long", data + bytes(8)), ("two", data + data)]
+    compressed = bytearray(data)
+    compressed[16 + 16] = 1  # an entry claiming a compressed payload
+    for name, content in [("missing", None), ("empty", b""), ("garbage", b"\x01" * 100), *torn,
+                          ("compressed", bytes(compressed))]:  # fmt: skip
         path = tmp_path / name
         if content is not None:
             path.write_bytes(content)
@@ -231,6 +245,8 @@ def test_the_registration_takes_the_linked_image_and_only_a_whole_one(tmp_path):
         assert kept["built"] is True and kept["arch"] == 0, name  # the built image, and the ping says null
     assert _swap(so, None)["built"] is True
     assert _swap(so, str(tmp_path))["built"] is True  # a directory
+    # a whole-program image's registration (version 1: a linked static library's own) is never the one swapped
+    assert _swap(so, str(image), version=1)["built"] is True
 
 
 # ---- the real thing: the kit builds it, nvJitLink links it, cuobjdump reads it, the loader serves it ----------
@@ -288,15 +304,25 @@ def test_the_kit_builds_an_lto_variant_and_nvjitlink_links_it_for_each_gpu(major
     os.environ["CUPLUG_CACHE_DIR"] = str(tmp_path / "cache")
     try:
         for arch in (90, 87, 86):  # Hopper, a Tegra (Orin), a desktop minor no SASS of the variant is for
-            linked = jitlink.image_for(str(so), f"{major}-{arch}", arch, found)
-            assert not linked.cached and linked.arch == arch
+            linked, data = jitlink.image_for(str(so), f"{major}-{arch}", arch, found)
+            assert not linked.cached and linked.arch == arch and Path(linked.path).read_bytes() == data
             listed = subprocess.run([str(tc.cuobjdump), "-lelf", linked.path], capture_output=True, text=True).stdout
             assert f"sm_{arch}.cubin" in listed, listed
             assert _kernels(tc, Path(linked.path)) == built_kernels  # every kernel, linked for that GPU
-        again = jitlink.image_for(str(so), f"{major}-90", 90, found)
-        assert again.cached and again.sha256 == hashlib.sha256(Path(again.path).read_bytes()).hexdigest()
-        Path(again.path).write_bytes(Path(again.path).read_bytes()[:100])  # a torn write is linked again
-        assert not jitlink.image_for(str(so), f"{major}-90", 90, found).cached
+        again, data = jitlink.image_for(str(so), f"{major}-90", 90, found)
+        assert (
+            again.cached
+            and again.sha256
+            == hashlib.sha256(data).hexdigest()
+            == hashlib.sha256(Path(again.path).read_bytes()).hexdigest()
+        )
+        for torn in (data[:100], data + bytes(8), fatbin.container(data[16 + 64 :], 86)):  # torn, padded, other SM
+            Path(again.path).write_bytes(torn)  # is linked again
+            assert not jitlink.image_for(str(so), f"{major}-90", 90, found)[0].cached
+        (tmp_path / "not-a-dir").write_text("")  # a cache that cannot be written: linked all the same
+        os.environ["CUPLUG_CACHE_DIR"] = str(tmp_path / "not-a-dir")
+        unkept, data = jitlink.image_for(str(so), f"{major}-86", 86, found)
+        assert unkept.path == "" and not unkept.cached and fatbin.parse(data)[0].arch == 86
     finally:
         del os.environ["CUPLUG_CACHE_DIR"]
     if major == "cuda13":
@@ -367,10 +393,10 @@ def test_the_loader_links_an_lto_variant_for_the_gpu_and_says_why_not_without_nv
         assert got["served"] == "cpu" and got["attempts"][0][0] == "cuda13/lto", got
         images = [fatbin.parse(p.read_bytes()) for p in (cache / "lto").glob("*.fatbin")]
         assert any(len(e) == 1 and e[0].arch == arch and e[0].kind == fatbin.KIND_ELF for e in images), images
-    count = len(list((cache / "lto").glob("*.fatbin")))
+    stamps = {p: p.stat().st_mtime_ns for p in (cache / "lto").glob("*.fatbin")}
     env["PYTHONPATH"] = path
-    run_json(LOAD, env)  # the same GPU again: the cached image, nothing linked
-    assert len(list((cache / "lto").glob("*.fatbin"))) == count == 2
+    run_json(LOAD, env)  # the same GPU again: the cached image, nothing linked (nor written)
+    assert {p: p.stat().st_mtime_ns for p in (cache / "lto").glob("*.fatbin")} == stamps and len(stamps) == 2
 
 
 def test_inspect_reads_the_lto_ir_and_names_a_manifest_that_hides_it(built13, tmp_path):

@@ -10,7 +10,8 @@
 // linked image, and every <<<>>> launch of the backend's source runs the code linked for this GPU, unmodified.
 //
 // Without CUPLUG_LTO_IMAGE (the library dlopened by something other than cuplug's loader) the built image is
-// registered as it is; the ping reports "lto_linked": null, and the loader refuses such a load.
+// registered as it is; the ping reports "lto_linked": null, and the loader refuses such a load. The loader hands
+// the image as a sealed in-memory file (/proc/self/fd/N): the bytes it checked are the bytes registered here.
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,17 +28,29 @@ struct FatbinWrapper {
 };
 
 constexpr unsigned kContainerMagic = 0xBA55ED50u;
+constexpr unsigned short kElfEntry = 2;
+constexpr int kDeviceLinked = 2;  // FATBINC_LINK_VERSION: the wrapper of a device link's image (the one to swap)
 constexpr long kMaxImageBytes = 1L << 30;
 
-// The container's first entry's arch (contract/fatbin.py's layout), or 0 when the bytes are no container.
+// The arch of a container that is whole and holds exactly one uncompressed cubin (contract/fatbin.py's layout:
+// what the loader writes), or 0 for anything else: a torn or foreign file never reaches the runtime.
 int image_arch(const unsigned char* p, long n) {
-  unsigned magic = 0, arch = 0;
-  unsigned short header = 0;
-  if (n < 16 + 32) return 0;
+  unsigned magic = 0, entry_header = 0, arch = 0, compressed = 0;
+  unsigned short header = 0, kind = 0;
+  unsigned long long size = 0, payload = 0;
+  if (n < 16 + 64) return 0;
   memcpy(&magic, p, 4);
   memcpy(&header, p + 6, 2);
-  if (magic != kContainerMagic || header < 16 || header + 32 > n) return 0;
-  memcpy(&arch, p + header + 28, 4);
+  memcpy(&size, p + 8, 8);
+  if (magic != kContainerMagic || header != 16 || size != (unsigned long long)(n - 16)) return 0;
+  const unsigned char* e = p + 16;
+  memcpy(&kind, e, 2);
+  memcpy(&entry_header, e + 4, 4);
+  memcpy(&payload, e + 8, 8);
+  memcpy(&compressed, e + 16, 4);
+  memcpy(&arch, e + 28, 4);
+  if (kind != kElfEntry || compressed != 0 || entry_header < 64 || payload > size || entry_header + payload != size)
+    return 0;
   return (int)arch;
 }
 
@@ -71,12 +84,14 @@ extern "C" void** __real___cudaRegisterFatBinary(void* wrapper);
 
 extern "C" __attribute__((visibility("hidden"))) void** __wrap___cudaRegisterFatBinary(void* wrapper) {
   const char* path = getenv("CUPLUG_LTO_IMAGE");
-  if (path != nullptr && *path != '\0' && cuplug_lto_linked_arch == 0) {
+  const FatbinWrapper* built = static_cast<const FatbinWrapper*>(wrapper);
+  // Only the device link's registration (version 2) is swapped: a linked static library's own whole-program
+  // image (version 1) registers as it is, whichever constructor runs first.
+  if (path != nullptr && *path != '\0' && cuplug_lto_linked_arch == 0 && built->version == kDeviceLinked) {
     long size = 0;
     unsigned char* image = read_image(path, &size);
     const int arch = image != nullptr ? image_arch(image, size) : 0;
     if (arch > 0) {
-      const FatbinWrapper* built = static_cast<const FatbinWrapper*>(wrapper);
       // Version 1: a plain fat binary (the built one is version 2, a device link's, with its prelinked list).
       g_linked = FatbinWrapper{built->magic, 1, image, nullptr};
       cuplug_lto_linked_arch = arch;

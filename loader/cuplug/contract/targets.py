@@ -21,6 +21,7 @@ Sources:
          its own SASS or PTX (jax PR #40492, CuPy PR #6875), and a Tegra GPU takes only SASS of exactly its CC.
   [cuda13] CUDA 13.0 release notes: offline compilation for architectures before Turing (sm_50 .. sm_72)
          removed; Jetson Thor renamed from sm_101 to sm_110.
+  [cuda-notes] CUDA 12.8 release notes (sm_100, sm_101, sm_120), 12.9 (sm_103, sm_121), 13.0 (sm_110).
   [nvjitlink] nvJitLink documentation, "Compatibility", and the MathDx LTO requirements note: LTO-IR is linked
          for any later architecture; the compiler that made it must be of the same CUDA major as nvJitLink and
          of the same or an older version (``jitlink_problem``).
@@ -80,6 +81,11 @@ BY_SPELLING = {(k.image, k.suffix): k for k in KINDS}
 TEGRA: frozenset[tuple[int, int]] = frozenset({(5, 3), (6, 2), (7, 2), (8, 7), (10, 1), (11, 0)})
 # A target a toolkit renamed: (old name, new name, from which CUDA) [cuda13].
 RENAMED: tuple[tuple[str, str, int], ...] = (("101", "110", 13000),)
+# The first CUDA (major, minor) that compiles for each SM newer than Hopper [cuda-notes]: an older nvJitLink cannot
+# link for it (every SM up to 9.0 since CUDA 12.0, the first with nvJitLink).
+FIRST_CUDA_FOR_SM: dict[int, tuple[int, int]] = {
+    100: (12, 8), 101: (12, 8), 120: (12, 8), 103: (12, 9), 121: (12, 9), 110: (13, 0),
+}  # fmt: skip
 # NVIDIA's PyPI wheel of nvJitLink per CUDA major, where it is not plain nvidia-nvjitlink (CUDA 13 dropped the suffix).
 JITLINK_WHEEL: dict[int, str] = {12: "nvidia-nvjitlink-cu12"}
 # The oldest architecture each toolkit major compiles for offline [cuda13].
@@ -216,9 +222,12 @@ def describe(texts: list[str] | tuple[str, ...]) -> str:
     return ", ".join(parts)
 
 
-def jitlink_problem(built_with: str, jitlink: tuple[int, int] | None) -> str | None:
+def jitlink_problem(
+    built_with: str, jitlink: tuple[int, int] | None, device: tuple[int, int] | None = None
+) -> str | None:
     """None when an nvJitLink of version ``jitlink`` (major, minor) can link LTO-IR a CUDA ``built_with`` ("13.0")
-    compiler made [nvjitlink]; else why not, naming the fix. ``jitlink`` None: none was found."""
+    compiler made [nvjitlink] for a GPU of CC ``device`` [cuda-notes]; else why not, naming the fix. ``jitlink``
+    None: none was found."""
     major, _, minor = built_with.partition(".")
     need = (int(major), int(minor.partition(".")[0] or 0))
     wheel = JITLINK_WHEEL.get(need[0], "nvidia-nvjitlink")
@@ -230,4 +239,11 @@ def jitlink_problem(built_with: str, jitlink: tuple[int, int] | None) -> str | N
             f"LTO-IR of CUDA {built_with} needs nvJitLink {need[0]}.x >= {need[0]}.{need[1]}, found "
             f"{jitlink[0]}.{jitlink[1]} ({fix})"
         )
+    sm = device[0] * 10 + device[1] if device is not None else 0
+    first = FIRST_CUDA_FOR_SM.get(sm)
+    if first is not None and jitlink < first:
+        known = f"CUDA {first[0]}.{first[1]} is the first to know it"
+        if need[0] < first[0]:
+            return f"nvJitLink {jitlink[0]}.{jitlink[1]} cannot link for sm_{sm}: {known}, and this LTO-IR is CUDA {need[0]}'s"
+        return f"nvJitLink {jitlink[0]}.{jitlink[1]} cannot link for sm_{sm}: {known} (pip install '{wheel}>={first[0]}.{first[1]}')"
     return None

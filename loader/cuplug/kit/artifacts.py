@@ -130,8 +130,8 @@ def expected_lto(matrix: dict, variant: str, archs: list[int], cuda_version: str
         why = targets.buildable(target, _version_number(cuda_version) if cuda_version else None, listed)
         if why:
             raise BuildError(f"variant {variant}: {why}")
-        found.append(target.text)
-    return found
+        found.append(target)
+    return [t.text for t in sorted(set(found), key=lambda t: t.cc)]  # as the file is read: by arch, once each
 
 
 def _version_number(version: str) -> int:

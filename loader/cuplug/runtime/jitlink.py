@@ -2,17 +2,18 @@
 the image.
 
 An LTO variant holds each source's LTO-IR in ``__nv_relfatbin``. For a GPU of CC X.Y the loader links that LTO-IR
-with ``-arch=sm_XY -lto`` into one cubin, wraps it in a fat binary container (contract/fatbin.py), writes it to
-``<cache>/lto/<key>.fatbin`` and names that file to the backend's registration (backends/common/
-cuplug_lto_image.cpp) while it dlopens the library. The key is the self-test's (device UUID, driver version,
-artifact sha256) with the SM, nvJitLink's version and cuplug's: a new GPU, driver, build or nvJitLink links again.
+with ``-arch=sm_XY -lto`` into one cubin, wraps it in a fat binary container (contract/fatbin.py), keeps it in
+``<cache>/lto/<key>.fatbin`` and hands the checked bytes, sealed in memory, to the backend's registration
+(backends/common/cuplug_lto_image.cpp) while it dlopens the library. The key is the self-test's (device UUID,
+driver version, artifact sha256) with the SM, nvJitLink's version and cuplug's: a new GPU, driver, build or
+nvJitLink links again.
 A cached image is reused without nvJitLink being loaded (its 100 MB library costs 5-45 ms to dlopen).
 
 Finding nvJitLink follows cuda-pathfinder's order for NVIDIA's wheels, without importing it (the decision of every
 ``load()`` with an LTO variant installed looks, and must stay cheap): NVIDIA's PyPI wheel in a ``sys.path`` entry
 (``nvidia/cu13/lib`` for CUDA 13, ``nvidia/nvjitlink/lib`` for CUDA 12), then ``$CONDA_PREFIX/lib``, then
-``$CUDA_HOME``/``$CUDA_PATH`` ``lib64``. Its version is read without loading it: from the wheel's dist-info name,
-or from the real file's name (``libnvJitLink.so.12.4.127``).
+``$CUDA_HOME``/``$CUDA_PATH`` ``lib64``; the newest found serves. Its version is read without loading it: from the
+wheel's dist-info name, or from the real file's name (``libnvJitLink.so.12.4.127``).
 """
 
 from __future__ import annotations
@@ -78,40 +79,36 @@ def _wheel_version(site: str, major: int) -> tuple[tuple[int, int], str] | None:
 
 
 def find(major: int, path: list[str] | None = None, env: dict[str, str] | None = None) -> Found | None:
-    """The nvJitLink of CUDA ``major`` (see the module docstring), or None; nothing is loaded."""
+    """The newest nvJitLink of CUDA ``major`` in the places of the module docstring, or None; nothing is loaded (a
+    library whose version neither its wheel's dist-info nor its file name says is passed over)."""
     env = os.environ if env is None else env
     name = soname(major)
     sub = WHEEL_LIB_DIRS.get(major, f"nvidia/cu{major}/lib")
+    found: list[Found] = []
     for site in sys.path if path is None else path:
+        if not isinstance(site, str):  # sys.path may hold anything; a bytes entry names no wheel here
+            continue
         candidate = os.path.join(site or ".", sub, name)
         if os.path.isfile(candidate):
             parsed = _wheel_version(site or ".", major) or _file_version(candidate, major)
             if parsed is not None:
-                return Found(candidate, parsed[0], parsed[1], f"wheel in {site}")
+                found.append(Found(candidate, parsed[0], parsed[1], f"wheel in {site}"))
     for var, lib in ENV_LIB_DIRS:
         root = env.get(var)
-        candidate = os.path.join(root, lib, name) if root else ""
+        candidate = os.path.join(root, lib, name) if isinstance(root, str) and root else ""
         if candidate and os.path.isfile(candidate):
             parsed = _file_version(candidate, major)
             if parsed is not None:
-                return Found(candidate, parsed[0], parsed[1], f"${var}")
-    return None
+                found.append(Found(candidate, parsed[0], parsed[1], f"${var}"))
+    # the newest; among equals, the first in the search order
+    return max(reversed(found), key=lambda f: tuple(int(p) for p in f.full.split(".")), default=None)
 
 
 def _file_version(path: str, major: int) -> tuple[tuple[int, int], str] | None:
-    """From the real file's name, libnvJitLink.so.12.4.127 (a toolkit's symlinks lead there); else by asking it."""
+    """From the real file's name, libnvJitLink.so.12.4.127 (a toolkit's symlinks lead there)."""
     real = os.path.basename(os.path.realpath(path))
     parsed = _parse_version(real.partition(".so.")[2])
-    if parsed is not None and parsed[0][0] == major:
-        return parsed
-    try:
-        lib = ctypes.CDLL(path, mode=os.RTLD_LOCAL)
-        hi, lo = ctypes.c_uint(), ctypes.c_uint()
-        if lib.nvJitLinkVersion(ctypes.byref(hi), ctypes.byref(lo)) != 0 or hi.value != major:
-            return None
-    except (OSError, AttributeError):  # not loadable, or older than nvJitLinkVersion (12.3): unknown, so unused
-        return None
-    return (hi.value, lo.value), f"{hi.value}.{lo.value}"
+    return parsed if parsed is not None and parsed[0][0] == major else None
 
 
 def _log(lib: ctypes.CDLL, handle: ctypes.c_void_p) -> str:
@@ -164,7 +161,7 @@ class Linked(Record):
     """The image an LTO variant registers: its file, SM, digest, and what making it took."""
 
     __slots__ = ("path", "arch", "sha256", "ms", "cached", "by")
-    path: str
+    path: str  # the cache's file ("" where the cache could not be written)
     arch: int
     sha256: str
     ms: float  # linking and writing; 0 for a cached image
@@ -191,26 +188,32 @@ def _cached(path: str, arch: int) -> bytes | None:
         entries = fatbin.parse(data)
     except (OSError, fatbin.FatbinError):
         return None
-    ok = len(entries) == 1 and entries[0].kind == fatbin.KIND_ELF and entries[0].arch == arch
+    one = len(entries) == 1 and entries[0].kind == fatbin.KIND_ELF and not entries[0].compressed
+    # exactly one container, nothing after it: what the registration accepts (cuplug_lto_image.cpp, image_arch)
+    ok = one and entries[0].arch == arch and fatbin.container_size(data, 0) == len(data)
     return data if ok else None
 
 
-def image_for(load_path: str, key: str, arch: int, found: Found) -> Linked:
-    """The linked image of the library at ``load_path`` for ``sm_<arch>``: from the cache, or linked now."""
+def image_for(load_path: str, key: str, arch: int, found: Found) -> tuple[Linked, bytes]:
+    """The linked image of the library at ``load_path`` for ``sm_<arch>`` and its bytes: from the cache, or linked
+    now and kept there (best effort: a cache that cannot be written costs the next load a link, nothing else)."""
     path = os.path.join(cache_root(), "lto", f"{key}.fatbin")
     data = _cached(path, arch)
     if data is not None:
-        return Linked(path, arch, hashlib.sha256(data).hexdigest(), 0.0, True, found.text())
+        return Linked(path, arch, hashlib.sha256(data).hexdigest(), 0.0, True, found.text()), data
     t0 = time.perf_counter()
     with open(load_path, "rb") as f:
         section = fatbin.elf_section(f.read(), fatbin.RELOCATABLE_SECTION)
     if not section or not fatbin.lto_targets(section):
         raise JitLinkError(f"no LTO-IR in the library (no {fatbin.RELOCATABLE_SECTION} section with lto_XX)")
     data = fatbin.container(link(found, section, arch), arch)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)  # whole or absent: a concurrent load reads one or the other
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)  # whole or absent: a concurrent load reads one or the other
+    except OSError:
+        path = ""
     ms = (time.perf_counter() - t0) * 1e3
-    return Linked(path, arch, hashlib.sha256(data).hexdigest(), ms, False, found.text())
+    return Linked(path, arch, hashlib.sha256(data).hexdigest(), ms, False, found.text()), data

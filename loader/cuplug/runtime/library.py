@@ -177,14 +177,16 @@ def _shown(message: str, load_path: str, real_path: str) -> str:
 
 
 def open_backend(
-    load_path: str, real_path: str, device: str | None, lto_image: str | None = None
+    load_path: str, real_path: str, device: str | None, lto: tuple[str, int] | None = None
 ) -> tuple[BackendLibrary, int, dict[str, Any]]:
     """dlopen of the verified bytes at ``load_path`` (never the real path again), then create and ping.
 
-    ``real_path`` is what messages and ``Backend.path`` show. ``lto_image``: an LTO variant's image linked for
-    this GPU (runtime/jitlink.py), named in CUPLUG_LTO_IMAGE while the library's constructors run (the loader's
-    lock is held), and checked in the ping. Every failure is an ArtifactError.
+    ``real_path`` is what messages and ``Backend.path`` show. ``lto``: an LTO variant's image linked for this
+    GPU (runtime/jitlink.py) and its SM: the image is named in CUPLUG_LTO_IMAGE while the library's constructors
+    run (the loader's lock is held), and the ping must say that SM's image is the one registered. Every failure
+    is an ArtifactError.
     """
+    lto_image = lto[0] if lto is not None else None
     # The variable is cuplug's to set: a value left in the environment never reaches a library loaded as built.
     inherited = os.environ.pop(LTO_IMAGE_VARIABLE, None)
     try:
@@ -208,10 +210,10 @@ def open_backend(
             info = parse_ping(text)
         except (ValueError, RecursionError) as exc:
             raise ArtifactError(f"ping returned no usable JSON object: {exc}", reasons.LOAD_FAILED) from None
-        if lto_image is not None and not info.get("lto_linked"):
+        if lto is not None and info.get("lto_linked") != f"sm_{lto[1]}":
             raise ArtifactError(
-                "the image linked for this GPU was not registered (ping: lto_linked null): the library was loaded "
-                "in this process before, or is no LTO variant",
+                f"the image linked for sm_{lto[1]} was not registered (the ping says {info.get('lto_linked')}): "
+                "the library was loaded into this process before (for another GPU), or is no LTO variant",
                 reasons.LOAD_FAILED,
             )
     except BaseException:

@@ -152,13 +152,21 @@ def _decide(
 
     found = _safe_discover(backend)
     facts = None if pol.disable_cuda or pol.forced == "cpu" else probe()
-    linkers = _jitlink_versions(found) if facts is not None else {}
+    linkers = _safe_jitlink_versions(found) if facts is not None else {}
     decision = select.decide(backend, pol, facts, found, linkers)
     return Trace(backend, pol, facts, found, decision, policy.relevant_env(env))
 
 
+def _safe_jitlink_versions(found: Discovery) -> dict[int, tuple[int, int]]:
+    """The nvJitLink installed for each CUDA major an LTO variant needs (nothing is looked for without one); a
+    look that fails finds none (the LTO candidate is then skipped with the reason), never an exception."""
+    try:
+        return _jitlink_versions(found)
+    except Exception:
+        return {}
+
+
 def _jitlink_versions(found: Discovery) -> dict[int, tuple[int, int]]:
-    """The nvJitLink installed for each CUDA major an LTO variant needs (nothing is looked for without one)."""
     majors = {int(a.cuda_version.partition(".")[0]) for a in found.artifacts if a.lto}
     if not majors:
         return {}
@@ -322,13 +330,13 @@ def _attempt(
 
     try:
         image = image_of()
-        lto_image = None
-        if cand.link_for is not None and cand.artifact is not None:
-            linked = _link(image, cand, trace)
-            lto_image = linked.path
+        if cand.link_for is None or cand.artifact is None:
+            lib, handle, info = library.open_backend(image.load_path, image.path, device)
+        else:
+            linked, data = _link(image, cand, trace)
             if links is not None:
                 links[label] = linked
-        lib, handle, info = library.open_backend(image.load_path, image.path, device, lto_image)
+            lib, handle, info = _open_linked(image, device, linked, data)
     except ArtifactError:
         raise
     except Exception as exc:  # anything unexpected is a rejected candidate, never an exception out of load()
@@ -340,8 +348,26 @@ def _attempt(
         raise ArtifactError(f"{label}: unusable ping answer: {type(exc).__name__}: {exc}", reasons.LOAD_FAILED) from exc
 
 
+def _open_linked(image: Verified, device: str, linked: Any, data: bytes) -> Any:
+    """The library opened with its linked image, handed over as a sealed in-memory file (the bytes checked are the
+    bytes registered); without memfd, the cache's file."""
+    from . import library, verify
+
+    sealed = verify.sealed_copy(data, f"lto-sm_{linked.arch}")
+    path = sealed[1] if sealed is not None else linked.path
+    if not path:
+        raise ArtifactError(
+            "the linked image can be neither sealed in memory nor kept in the cache", reasons.LOAD_FAILED
+        )
+    try:
+        return library.open_backend(image.load_path, image.path, device, (path, linked.arch))
+    finally:
+        if sealed is not None:
+            os.close(sealed[0])
+
+
 def _link(image: Verified, cand: Candidate, trace: Trace) -> Any:
-    """The image of an LTO candidate linked for its GPU (runtime/jitlink.py): cached, or linked now."""
+    """The image of an LTO candidate linked for its GPU and its bytes (runtime/jitlink.py): cached, or linked now."""
     from . import jitlink
 
     art, arch = cand.artifact, cand.link_for

@@ -148,6 +148,25 @@ def _new_sink(name: str) -> tuple[int, str]:
         return -1, f"memfd_create failed: {exc.strerror or exc}"
 
 
+def sealed_copy(data: bytes, name: str) -> tuple[int, str] | None:
+    """``data`` in a sealed in-memory file, for a reader that takes a path: (fd, ``/proc/self/fd/N``), the caller
+    closes fd; None where memfd_create or /proc is missing. (An LTO variant's linked image: the bytes the loader
+    checked are the bytes the library's registration reads.)"""
+    fd, _ = _new_sink(name)
+    if fd < 0:
+        return None
+    try:
+        _write_all(fd, data)
+        _seal(fd)
+        path = _proc_path(fd)
+    except OSError:
+        path = None
+    if path is None:
+        os.close(fd)
+        return None
+    return fd, path
+
+
 def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:

@@ -291,14 +291,14 @@ static int read_ndarray(PyObject* x, int writable, operand* o) {
 static int read_cupy(PyObject* x, operand* o) {
     o->kind = K_CUPY;
     int ok = 0;
-    PyObject *mp = NULL, *ptr = NULL, *dev = NULL, *shape = NULL, *strides = NULL, *dtype = NULL, *ch = NULL;
-    /* each attribute only while no error is set: the first that fails ends the read */
-    if (!(mp = attr(x, s_data)) || !(ptr = attr(mp, s_ptr)) || !(dev = attr(mp, s_device_id)) ||
-        !(shape = attr(x, s_shape)) || !(strides = attr(x, s_strides)) || !(dtype = attr(x, s_dtype)) ||
-        !(ch = attr(dtype, s_char)))
-        goto done;
-    if (!PyLong_CheckExact(ptr) || !PyLong_CheckExact(dev) || !PyUnicode_CheckExact(ch) ||
-        !PyTuple_CheckExact(strides))
+    PyObject *mp = attr(x, s_data), *ptr = NULL, *dev = NULL, *shape = NULL, *strides = NULL, *dtype = NULL,
+             *ch = NULL;
+    if (!mp) goto done;
+    ptr = attr(mp, s_ptr), dev = attr(mp, s_device_id);
+    shape = attr(x, s_shape), strides = attr(x, s_strides), dtype = attr(x, s_dtype);
+    ch = dtype ? attr(dtype, s_char) : NULL;
+    if (!ptr || !dev || !shape || !strides || !ch || !PyLong_CheckExact(ptr) || !PyLong_CheckExact(dev) ||
+        !PyUnicode_CheckExact(ch) || !PyTuple_CheckExact(strides))
         goto done;
     PyObject* row = PyDict_GetItemWithError(formats, ch); /* borrowed */
     if (!row) goto done;
@@ -644,17 +644,11 @@ static int cupy_launch(call_state* c) {
     return 1;
 }
 
-/* Backend._framework_launch: the current stream of the first PyTorch CUDA tensor or CuPy array among the operands.
- * A CuPy array is taken only when the launch is on CuPy's current stream, the stream its work is ordered on: with
- * stream= or a PyTorch tensor first, the whole path imports it by DLPack, whose handshake makes the launch stream
- * wait for CuPy's (0: the whole path). */
+/* Backend._framework_launch: the current stream of the first PyTorch CUDA tensor or CuPy array among the operands. */
 static int framework_launch(Dispatcher* d, call_state* c) {
-    int cupy = 0;
-    for (int i = 0; i < c->n_in + c->n_out; i++) cupy |= c->ops[i].kind == K_CUPY;
-    if (c->launch != NO_STREAM || !d->cuda) return !cupy;
+    if (c->launch != NO_STREAM || !d->cuda) return 1;
     for (int i = 0; i < c->n_in + c->n_out; i++) {
         if (c->ops[i].kind == K_CUPY) return cupy_launch(c);
-        if (cupy && c->ops[i].kind == K_TORCH && c->ops[i].dev_type == CUPLUG_DEVICE_CUDA) return 0;
         if (c->ops[i].kind == K_TORCH && c->ops[i].dev_type == CUPLUG_DEVICE_CUDA) {
             if (torch_exchange) { /* PyTorch's current stream of the device, from C++ */
                 void* stream = NULL;

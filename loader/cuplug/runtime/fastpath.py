@@ -3,7 +3,7 @@
 ``Backend.run`` is the whole path: every operand imported and checked, every error worded, a prepared
 call per key (plan.py). Once it has made a call, ``learn`` hands the same call to the C dispatcher, which
 reads the operands again with its own readers (exact ``torch.Tensor``/``Parameter``, exact
-``numpy.ndarray``, exact ``cupy.ndarray``, cuplug's resident ``Tensor``), checks that they say what the plan says, and keeps the
+``numpy.ndarray``, cuplug's resident ``Tensor``), checks that they say what the plan says, and keeps the
 plan's C descriptors. A later call with the same key is repeated in C: every check that can change
 between two calls (addresses and their span, contiguity, layout, lazy views, read-only and
 requires-grad outputs, overlaps, freed tensors, a closed or forked instance) is made again there; any
@@ -79,19 +79,13 @@ def dispatcher(backend: Backend, whole_path: Any, resident: type) -> Any:
 
 
 def _teach_frameworks(mod: Any) -> None:
-    """numpy.ndarray, cupy.ndarray (and CuPy's current stream) and PyTorch's tensor types, once their modules are
-    imported (by the caller: cuplug never imports them); taught again when another module object stands under the
-    name (a test's stand-in)."""
+    """numpy.ndarray and PyTorch's tensor types, once their modules are imported (by the caller: cuplug never
+    imports them); taught again when another module object stands under the name (a test's stand-in)."""
     np = sys.modules.get("numpy")
     nd = getattr(np, "ndarray", None)
     if _state.get("numpy") is not np and isinstance(nd, type):
         mod.set_numpy(nd)
         _state["numpy"] = np
-    cupy = sys.modules.get("cupy")
-    array, current = getattr(cupy, "ndarray", None), getattr(getattr(cupy, "cuda", None), "get_current_stream", None)
-    if _state.get("cupy") is not cupy and isinstance(array, type) and callable(current):
-        mod.set_cupy(array, current)
-        _state["cupy"] = cupy
     torch = sys.modules.get("torch")
     tensor = getattr(torch, "Tensor", None)
     if _state.get("torch") is not torch and isinstance(tensor, type) and hasattr(torch, "strided"):
@@ -135,16 +129,12 @@ def _spec(dt: dtypes.DType, device: tuple[int, int], shape: tuple[int, ...]) -> 
 
 def _makers(sig: OpSignature, p: Plan, made_by: str, like: Any) -> tuple | None:
     """How the whole path made this call's outputs, as (callable, args, kwargs) per output: ``torch.empty`` on
-    ``like``'s device (PyTorch CUDA inputs), ``cupy.empty`` (CuPy inputs: on CuPy's current device; an output on
-    another device than the plan's goes back to the whole path), ``np.empty`` / ``torch.empty`` like the caller's
-    host array; None where the C path does not make them (backend-owned results, ``array.array``, cuplug's host
-    buffers)."""
-    torch, np, cupy = sys.modules.get("torch"), sys.modules.get("numpy"), sys.modules.get("cupy")
+    ``like``'s device (PyTorch CUDA inputs), ``np.empty`` / ``torch.empty`` like the caller's host array; None
+    where the C path does not make them (backend-owned results, CuPy's, ``array.array``, cuplug's host buffers)."""
+    torch, np = sys.modules.get("torch"), sys.modules.get("numpy")
     specs = p.out_specs
     if made_by == "torch" and torch is not None:
         return _torch_makers(torch, p, {"device": like.device})
-    if made_by == "cupy" and cupy is not None:  # CuPy's pool on its current device: C reads the device back
-        return tuple((cupy.empty, (s,), {"dtype": dt.name}) for dt, s in specs)
     if made_by != "host" or like is None:
         return None
     if any(o.shape_rule.get("scalar") and not dt.array_code for (dt, _), o in zip(specs, sig.outputs, strict=True)):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, env_for, run_json
+from conftest import ROOT, env_for, planted_site, run_json
 from cuplug.contract import fatbin, manifest, reasons, targets
 from cuplug.runtime import jitlink, select
 from test_select import make_variant
@@ -412,3 +412,35 @@ def test_inspect_reads_the_lto_ir_and_names_a_manifest_that_hides_it(built13, tm
     (lying / "manifest.json").write_text(json.dumps(doc))
     (bad,) = inspection.inspect_target(str(lying))
     assert not bad.ok and "lto: file has ['lto_75'], manifest says []" in bad.problems
+
+
+@pytest.mark.parametrize("fault", ["garbage-nvjitlink", "no-lto-ir", "torn-lto-ir"])
+def test_a_broken_nvjitlink_or_lto_ir_rejects_the_candidate_with_the_step_named(
+    fault, site, built13, fake_driver_dir, jitlink_site, tmp_path
+):
+    """What can be wrong at load on a machine without a GPU: an nvJitLink that is no library (a wheel's dist-info
+    over garbage), an artifact whose manifest says LTO-IR but whose file holds none (the built sm75's bytes), or LTO-IR
+    bytes garbled. Each rejects the LTO candidate (load-failed, naming the link), caches nothing, and the CPU serves."""
+    lto_site = _lto_site(site, built13, tmp_path / "site")
+    linker = jitlink_site
+    if fault == "garbage-nvjitlink":
+        linker = tmp_path / "fake-nvjitlink"
+        _wheel(linker, "nvidia/cu13/lib", 13, "nvidia_nvjitlink-13.0.88").write_bytes(b"\x7fELF" + bytes(200))
+    member = "cuplug_cuda13/lto/libcuplug_vector.so"
+    data = (lto_site / member).read_bytes()
+    if fault == "no-lto-ir":
+        data = next(site.glob("cuplug_cuda13/sm75/libcuplug_vector.so")).read_bytes()
+    if fault == "torn-lto-ir":  # the LTO-IR's payload overwritten, its container headers intact
+        section = fatbin.elf_section(data, fatbin.RELOCATABLE_SECTION)
+        at = data.find(section) + 16 + 200
+        data = data[:at] + bytes(len(section) - 400) + data[at + len(section) - 400 :]
+    if fault != "garbage-nvjitlink":
+        lto_site = planted_site(lto_site, tmp_path / "planted", member, data)
+    env = env_for(lto_site, fake_driver_dir, CUPLUG_CACHE_DIR=str(tmp_path / "cache"))
+    env["PYTHONPATH"] = f"{lto_site}{os.pathsep}{linker}"
+    got = run_json(LOAD, env)
+    assert got["served"] == "cpu" and got["first"][0] == "cuda13/lto", got
+    label, code, reason = got["attempts"][0]
+    assert (label, code) == ("cuda13/lto", reasons.LOAD_FAILED), got
+    assert reason.startswith("linking its LTO-IR for sm_90 failed: "), reason
+    assert not list((tmp_path / "cache").glob("lto/*.fatbin"))

@@ -18,10 +18,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
+
+from suite import stats  # bench/suite: the one summary shape (median, IQR, min-max) of every measurement
 
 LOAD = r"""
 import json, time
@@ -94,12 +95,7 @@ def main() -> int:
         }
 
     def summary(rows: list[dict], key: str) -> dict:
-        values = [r[key] for r in rows]
-        return {
-            "median": round(statistics.median(values), 2),
-            "min": round(min(values), 2),
-            "max": round(max(values), 2),
-        }
+        return stats.summary((r[key] for r in rows), "ms")
 
     doc = {
         "command": f"python bench/lto_cost.py {rounds}",

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from suite import stats  # bench/suite: the one summary shape of every measurement
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCHS = {"cuda13": (90, 100, 120, 87, 86), "cuda12": (90, 87, 86)}
@@ -57,8 +58,7 @@ def main() -> int:
                     "nvjitlink": found.full,
                     "artifact_bytes": art.size,
                     "image_bytes": os.path.getsize(cached.path),
-                    "link_ms": {"median": round(statistics.median(times), 1), "min": round(min(times), 1),
-                                "max": round(max(times), 1)},
+                    "link_ms": stats.summary(times, "ms"),
                     "cached_lookup_ms": round(cached_ms, 3),
                 }  # fmt: skip
     print(json.dumps(doc, indent=1))

@@ -88,6 +88,13 @@ def test_properties_and_plan_come_from_the_manifest():
     }
     with pytest.raises(variants.VariantError, match="no dedicated SASS"):
         variants.plan([arts[0], arts[1]])
+    # an LTO variant (SASS of its device link, LTO-IR for any later GPU) rides along like PTX and defines no wheel
+    lto = _art("lto", ["sm_75"], [], 12000)._replace(lto=("lto_75",))
+    planned = {p.label: [a.variant for a in p.artifacts] for p in variants.plan([*arts, lto])}
+    assert planned == {"sm75": ["sm75", "ptx", "lto"], "sm90": ["sm90", "ptx", "lto"], "null": ["ptx", "lto"]}
+    assert variants.properties_of([arts[3], arts[1], lto]) == variants.properties_of([arts[3], arts[1]])
+    with pytest.raises(variants.VariantError, match="no dedicated SASS"):
+        variants.plan([lto])
 
 
 @pytest.mark.parametrize(

@@ -93,8 +93,11 @@ def properties_of(artifacts: Iterable[Artifact]) -> Properties:
     arts = list(artifacts)
     if not arts:
         return {}
-    sm = {f"{_arch(s, 'sm_')}_real" for a in arts for s in a.sass}
-    sm |= {f"{_arch(p, 'compute_')}_virtual" for a in arts for p in a.ptx}
+    # An LTO variant (docs/lto.md) serves any later GPU where nvJitLink is installed, a fact no nvidia property
+    # says: it rides along in every wheel, as PTX-only ones do, and names no sm_arch of its own.
+    defining = [a for a in arts if not a.lto]
+    sm = {f"{_arch(s, 'sm_')}_real" for a in defining for s in a.sass}
+    sm |= {f"{_arch(p, 'compute_')}_virtual" for a in defining for p in a.ptx}
     feats = {"cuda_version_lower_bound": [str(version_str(max(a.min_driver for a in arts)))]}
     if sm:
         feats["sm_arch"] = sorted(sm)
@@ -102,11 +105,11 @@ def properties_of(artifacts: Iterable[Artifact]) -> Properties:
 
 
 def plan(arts: Sequence[Artifact]) -> list[Planned]:
-    """One entry per dedicated SASS artifact (+ the PTX-only ones), then ``null`` (PTX-only alone)."""
-    ptx_only = tuple(a for a in arts if not a.sass and a.ptx)
+    """One entry per dedicated SASS artifact (+ the PTX-only and LTO ones), then ``null`` (those alone)."""
+    ptx_only = tuple(a for a in arts if (not a.sass and a.ptx) or a.lto)
     planned = []
     for a in sorted(arts, key=lambda a: a.variant):
-        if len(a.sass) == 1 and not a.ptx:
+        if len(a.sass) == 1 and not a.ptx and not a.lto:
             label = a.variant.lower()
             if not LABEL_RE.match(label) or label == NULL_LABEL:
                 raise VariantError(f"variant name {a.variant!r} cannot be a PEP 825 variant label")

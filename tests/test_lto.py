@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, env_for, planted_site, run_json
+from conftest import ROOT, env_for, planted_site, run_cli, run_json
 from cuplug.contract import fatbin, manifest, reasons, targets
 from cuplug.runtime import jitlink, select
 from test_select import make_variant
@@ -381,6 +381,16 @@ def test_the_loader_links_an_lto_variant_for_the_gpu_and_says_why_not_without_nv
     assert without["served"] == "cpu" and without["code"] == reasons.NVJITLINK_UNAVAILABLE
     assert "pip install 'nvidia-nvjitlink>=13.0,<14'" in without["reason"]
     assert not (cache / "lto").exists()
+    doctor = run_cli(["doctor", "--no-load"], env_for(lto_site, fake_driver_dir, CUPLUG_CACHE_DIR=str(cache)))
+    assert "LTO-IR >= 7.5 (linked at load by nvJitLink)" in doctor.stdout, doctor.stdout
+    assert "nvjitlink-unavailable" in doctor.stdout
+    report = json.loads(run_cli(["doctor", "--json", "--no-load"], env_for(lto_site, fake_driver_dir)).stdout)
+    from importlib import resources
+
+    from jsonschema import Draft202012Validator
+
+    schema = json.loads(resources.files("cuplug").joinpath("schemas/doctor.schema.json").read_text())
+    assert not list(Draft202012Validator(schema).iter_errors(report))
     path = f"{lto_site}{os.pathsep}{jitlink_site}"
     for devices, arch in (("9.0", 90), ("8.7", 87)):
         env = env_for(lto_site, fake_driver_dir, CUPLUG_CACHE_DIR=str(cache), FAKE_CUDA_DEVICES=devices)

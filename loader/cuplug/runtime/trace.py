@@ -261,7 +261,8 @@ class Trace:
         # what the installed device code serves, in the words of the contract's rules (contract/targets.py)
         sass = sorted({t for a in artifacts for t in a.sass}, key=lambda t: parse_target(t))
         ptx = sorted({t for a in artifacts for t in a.ptx}, key=lambda t: parse_target(t))[:1]  # the lowest serves most
-        row("supported capability", targets.describe([*sass, *ptx]) or "-")
+        lto = sorted({t for a in artifacts for t in a.lto}, key=lambda t: parse_target(t))[:1]
+        row("supported capability", targets.describe([*sass, *ptx, *lto]) or "-")
         for pkg in self.packages:
             row(f"package {pkg.cuda}", pkg.directory + (f" ({pkg.error})" if pkg.error else ""))
         for r in self.refused:

@@ -7,7 +7,7 @@ with ``-arch=sm_XY -lto`` into one cubin, wraps it in a fat binary container (co
 (backends/common/cuplug_lto_image.cpp) while it dlopens the library. The key is the self-test's (device UUID,
 driver version, artifact sha256) with the SM, nvJitLink's version and cuplug's: a new GPU, driver, build or
 nvJitLink links again.
-A cached image is reused without nvJitLink being loaded (its 100 MB library costs 5-45 ms to dlopen).
+A cached image is reused without nvJitLink being loaded (a 98 MB library).
 
 Finding nvJitLink follows cuda-pathfinder's order for NVIDIA's wheels, without importing it (the decision of every
 ``load()`` with an LTO variant installed looks, and must stay cheap): NVIDIA's PyPI wheel in a ``sys.path`` entry

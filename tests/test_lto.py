@@ -454,3 +454,41 @@ def test_a_broken_nvjitlink_or_lto_ir_rejects_the_candidate_with_the_step_named(
     assert (label, code) == ("cuda13/lto", reasons.LOAD_FAILED), got
     assert reason.startswith("linking its LTO-IR for sm_90 failed: "), reason
     assert not list((tmp_path / "cache").glob("lto/*.fatbin"))
+
+
+def _opens_image_during_dlopen(so: Path, tmp_path: Path) -> bool:
+    """Whether dlopen of ``so`` (no GPU needed: the CUDA runtime registers its image without the driver) reads
+    CUPLUG_LTO_IMAGE: the variable names a FIFO, and a reader opening it is what lets this writer's open succeed."""
+    import errno
+    import time
+
+    fifo = tmp_path / f"image-{so.parent.name}"
+    os.mkfifo(fifo)
+    env = {**os.environ, "CUPLUG_LTO_IMAGE": str(fifo)}
+    code = "import ctypes, sys; ctypes.CDLL(sys.argv[1]); print('loaded')"
+    child = subprocess.Popen([sys.executable, "-c", code, str(so)], env=env, stdout=subprocess.PIPE, text=True)
+    opened = False
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and child.poll() is None:
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # EOF for the reader: no image, the built one
+                opened = True
+                break
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # ENXIO: nobody has it open for reading yet
+                    raise
+                time.sleep(0.05)
+        out, _ = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert out.strip() == "loaded"  # and the library loaded with its built image all the same
+    return opened
+
+
+def test_the_kit_built_lto_variant_reads_its_image_at_dlopen_and_other_variants_never_do(built13, site, tmp_path):
+    """The --wrap took in the library the kit built (stripped: no symbol says so), and only there."""
+    (art,) = manifest.read_strict(built13, "cuda13")
+    assert _opens_image_during_dlopen(built13 / art.file, tmp_path)
+    assert not _opens_image_during_dlopen(next(site.glob("cuplug_cuda13/sm75/libcuplug_vector.so")), tmp_path)

@@ -95,9 +95,10 @@ def _run(cmd: list[str], step: str, env: dict[str, str] | None = None, cwd: Path
     return run(cmd, step, env, cwd, error=ToolchainError)
 
 
-def pip_install_locked(python: str, target: Path, requirements: Path, step: str) -> None:
+def pip_install_locked(python: str, target: Path, requirements: Path, step: str, platform: str | None = None) -> None:
     """Wheels pinned by version and sha256 in ``requirements`` (no dependencies, binaries only) into ``target``:
-    how the CUDA 13 toolchain and the optional components (components.py) are installed."""
+    how the CUDA 13 toolchain, nvJitLink and the optional components (components.py) are installed; ``platform``
+    (a wheel tag: manylinux2014_aarch64) for another CPU's wheels."""
     _run(
         [
             python,
@@ -107,6 +108,7 @@ def pip_install_locked(python: str, target: Path, requirements: Path, step: str)
             "--no-deps",
             "--require-hashes",
             "--only-binary=:all:",
+            *(["--platform", platform] if platform else []),
             "--disable-pip-version-check",
             "--no-compile",
             "--target",
@@ -580,25 +582,12 @@ def _target_libs_cuda13(dest: Path, log: Log, python: str = sys.executable) -> l
     site = dest.parent / "site"
     _fresh_dir(site)
     log("cuda13/aarch64: pip install of the pinned aarch64 nvidia-cuda-runtime wheel (2.3 MB)")
-    _run(
-        [
-            python,
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--require-hashes",
-            "--only-binary=:all:",
-            "--platform",
-            "manylinux2014_aarch64",
-            "--disable-pip-version-check",
-            "--no-compile",
-            "--target",
-            str(site),
-            "-r",
-            str(toolchains_dir() / "cuda13-aarch64.txt"),
-        ],
+    pip_install_locked(
+        python,
+        site,
+        toolchains_dir() / "cuda13-aarch64.txt",
         "pip install of the aarch64 CUDA 13 runtime (retry; check that PyPI is reachable)",
+        platform="manylinux2014_aarch64",
     )
     src = site / "nvidia" / "cu13" / "lib"
     shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)

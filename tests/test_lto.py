@@ -69,17 +69,19 @@ def _cubin(arch: int = 90, size: int = 100) -> bytes:
 
 def test_the_container_of_a_linked_cubin_reads_back():
     data = fatbin.container(_cubin(90, 101), 90)
-    assert len(data) % 8 == 0 and fatbin.container_size(data, 0) == len(data)
+    assert len(data) % 8 == 0 and fatbin.containers(data) == [data]
     (entry,) = fatbin.parse(data)
     assert (entry.kind, entry.arch, entry.version, entry.compressed, entry.payload_size) == (2, 90, (1, 8), False, 104)
     assert fatbin.device_code(data).sass == ("sm_90",)
     with pytest.raises(fatbin.FatbinError, match="not a cubin"):
         fatbin.container(b"MZ" + bytes(100), 90)
-    assert fatbin.container_size(bytes(16), 0) == 0  # alignment padding
+    assert fatbin.containers(bytes(16) + data) == [data]  # alignment padding before it
     with pytest.raises(fatbin.FatbinError):
-        fatbin.container_size(b"\x01" * 16, 0)
+        fatbin.containers(b"\x01" * 16)
     with pytest.raises(fatbin.FatbinError, match="runs past"):
-        fatbin.container_size(data[:-8], 0)
+        fatbin.containers(data[:-8])
+    with pytest.raises(fatbin.FatbinError, match="after the last container"):
+        fatbin.containers(data + bytes(8))
 
 
 # ---- the selection: where an LTO variant ranks, and why it is skipped --------------------------------------

@@ -33,6 +33,7 @@ one-entry container of a cubin nvJitLink linked at load, the way nvcc's own are 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 from .record import Record
 
@@ -74,9 +75,8 @@ class DeviceCode(Record):
     entries: tuple[Entry, ...]
 
 
-def parse(section: bytes) -> list[Entry]:
-    """Every entry of every container in a ``.nv_fatbin`` section."""
-    entries: list[Entry] = []
+def _containers(section: bytes) -> Iterator[tuple[int, int, int]]:
+    """(offset, header size, entries' size) of every container of a section, padding between them skipped."""
     off = 0
     while off + _CONTAINER.size <= len(section):
         magic, version, header_size, size = _CONTAINER.unpack_from(section, off)
@@ -87,9 +87,28 @@ def parse(section: bytes) -> list[Entry]:
             raise FatbinError(f"offset {off}: magic {magic:#x} is not {MAGIC:#x}")
         if version != 1 or header_size < _CONTAINER.size:
             raise FatbinError(f"offset {off}: container version {version}, header size {header_size} unknown")
-        pos, end = off + header_size, off + header_size + size
+        end = off + header_size + size
         if end > len(section):
             raise FatbinError(f"offset {off}: container of {size} B runs past the section ({len(section)} B)")
+        yield off, header_size, size
+        off = (end + 7) & ~7
+
+
+def containers(section: bytes) -> list[bytes]:
+    """The bytes of each container of a section, in order (an LTO variant's sources: one each); anything after
+    the last container is a FatbinError (a torn or padded section is no set of containers)."""
+    spans = list(_containers(section))
+    end = (spans[-1][0] + spans[-1][1] + spans[-1][2] + 7) & ~7 if spans else 0
+    if end < len(section):
+        raise FatbinError(f"offset {end}: {len(section) - end} B after the last container")
+    return [section[off : off + header_size + size] for off, header_size, size in spans]
+
+
+def parse(section: bytes) -> list[Entry]:
+    """Every entry of every container in a ``.nv_fatbin`` section."""
+    entries: list[Entry] = []
+    for off, header_size, size in _containers(section):
+        pos, end = off + header_size, off + header_size + size
         while pos < end:
             if pos + _ENTRY.size > end:
                 raise FatbinError(f"offset {pos}: truncated entry header")
@@ -100,7 +119,6 @@ def parse(section: bytes) -> list[Entry]:
             suffix = "a" if flags & FLAG_ARCH_SPECIFIC else "f" if flags & FLAG_FAMILY else ""
             entries.append(Entry(kind, arch, (major, minor), csize != 0, psize, suffix))
             pos += ehs + psize
-        off = (end + 7) & ~7
     if not entries:
         raise FatbinError("no fat binary container in the section")
     return entries
@@ -120,20 +138,6 @@ def device_code(section: bytes) -> DeviceCode:
         f"{isas[0][0]}.{isas[0][1]}" if isas else None,
         tuple(entries),
     )
-
-
-def container_size(section: bytes, offset: int) -> int:
-    """The bytes of the container at ``offset`` (its header and entries); 0 for alignment padding."""
-    if offset + _CONTAINER.size > len(section):
-        raise FatbinError(f"offset {offset}: truncated container header")
-    magic, _version, header_size, size = _CONTAINER.unpack_from(section, offset)
-    if magic != MAGIC:
-        if not any(section[offset : offset + 8]):
-            return 0
-        raise FatbinError(f"offset {offset}: magic {magic:#x} is not {MAGIC:#x}")
-    if offset + header_size + size > len(section):
-        raise FatbinError(f"offset {offset}: container of {size} B runs past the section ({len(section)} B)")
-    return header_size + size
 
 
 def lto_targets(section: bytes) -> tuple[str, ...]:

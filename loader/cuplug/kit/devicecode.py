@@ -177,12 +177,7 @@ def _arch_key(target: str) -> tuple[int, str]:
 def read_lto(so: Path, section: bytes) -> list[str]:
     """The LTO-IR targets of an LTO variant's ``__nv_relfatbin``: every source's container must hold the same."""
     try:
-        per_source, offset = [], 0
-        while offset < len(section):
-            size = fatbin.container_size(section, offset)
-            if size:
-                per_source.append(fatbin.lto_targets(section[offset : offset + size]))
-            offset = (offset + max(size, 1) + 7) & ~7
+        per_source = [fatbin.lto_targets(c) for c in fatbin.containers(section)]
     except fatbin.FatbinError as exc:
         raise BuildError(f"{so}: its relocatable device code (__nv_relfatbin) is unreadable: {exc}") from exc
     if not per_source or not per_source[0] or len(set(per_source)) != 1:

@@ -132,17 +132,10 @@ def link(found: Found, containers: bytes, arch: int) -> bytes:
     if rc != 0:
         raise JitLinkError(f"nvJitLinkCreate(-arch=sm_{arch}) failed with {rc} (does {found.text()} know sm_{arch}?)")
     try:
-        offset = 0
-        while offset < len(containers):  # one container per source; nvJitLink takes them one by one
-            size = fatbin.container_size(containers, offset)
-            if size == 0:
-                offset += 8
-                continue
-            piece = containers[offset : offset + size]
-            rc = lib.nvJitLinkAddData(handle, INPUT_FATBIN, piece, len(piece), f"source{offset}".encode())
+        for i, piece in enumerate(fatbin.containers(containers)):  # one per source; nvJitLink takes them one by one
+            rc = lib.nvJitLinkAddData(handle, INPUT_FATBIN, piece, len(piece), f"source{i}".encode())
             if rc != 0:
                 raise JitLinkError(f"nvJitLinkAddData failed with {rc}: {_log(lib, handle)}")
-            offset = (offset + size + 7) & ~7
         rc = lib.nvJitLinkComplete(handle)
         if rc != 0:
             raise JitLinkError(f"nvJitLinkComplete for sm_{arch} failed with {rc}: {_log(lib, handle)}")
@@ -186,12 +179,12 @@ def _cached(path: str, arch: int) -> bytes | None:
         with open(path, "rb") as f:
             data = f.read()
         entries = fatbin.parse(data)
+        # exactly one container, nothing after it: what the registration accepts (cuplug_lto_image.cpp, image_arch)
+        whole = fatbin.containers(data) == [data]
     except (OSError, fatbin.FatbinError):
         return None
     one = len(entries) == 1 and entries[0].kind == fatbin.KIND_ELF and not entries[0].compressed
-    # exactly one container, nothing after it: what the registration accepts (cuplug_lto_image.cpp, image_arch)
-    ok = one and entries[0].arch == arch and fatbin.container_size(data, 0) == len(data)
-    return data if ok else None
+    return data if whole and one and entries[0].arch == arch else None
 
 
 def image_for(load_path: str, key: str, arch: int, found: Found) -> tuple[Linked, bytes]:

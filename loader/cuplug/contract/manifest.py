@@ -202,6 +202,11 @@ class Artifact(Record):
     def path(self) -> str:
         return os.path.join(self.package_dir, self.file)
 
+    @property
+    def cuda_major(self) -> int:
+        """The major of the toolkit that built it: 13 for "13.0" (an LTO variant's nvJitLink must be of it)."""
+        return int(self.cuda_version.partition(".")[0])
+
     @classmethod
     def from_json(cls, d: object, cuda: str = "", package_dir: str = "") -> Artifact:
         """One manifest entry, every field checked for type and range (ManifestError names the first bad one)."""

@@ -186,12 +186,11 @@ def open_backend(
     run (the loader's lock is held), and the ping must say that SM's image is the one registered. Every failure
     is an ArtifactError.
     """
-    lto_image = lto[0] if lto is not None else None
     # The variable is cuplug's to set: a value left in the environment never reaches a library loaded as built.
     inherited = os.environ.pop(LTO_IMAGE_VARIABLE, None)
     try:
-        if lto_image is not None:
-            os.environ[LTO_IMAGE_VARIABLE] = lto_image
+        if lto is not None:
+            os.environ[LTO_IMAGE_VARIABLE] = lto[0]
         lib = BackendLibrary(load_path)
     except ArtifactError as exc:
         raise ArtifactError(_shown(str(exc), load_path, real_path), exc.code) from None

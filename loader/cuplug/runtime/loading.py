@@ -167,7 +167,7 @@ def _safe_jitlink_versions(found: Discovery) -> dict[int, tuple[int, int]]:
 
 
 def _jitlink_versions(found: Discovery) -> dict[int, tuple[int, int]]:
-    majors = {int(a.cuda_version.partition(".")[0]) for a in found.artifacts if a.lto}
+    majors = {a.cuda_major for a in found.artifacts if a.lto}
     if not majors:
         return {}
     from . import jitlink
@@ -298,12 +298,10 @@ def _self_test(result: Backend, cand: Candidate, trace: Trace, twins: list[Any],
             twins.append(twin)
         return twins[0]
 
-    probe = trace.probe
-    devices = probe.devices if probe is not None else ()
-    device = next((d for d in devices if d.index == trace.policy.device), None)
+    uuid, driver = _device_facts(trace)
     k = selftest.key(
-        device.uuid if device is not None else None,
-        probe.driver_version if probe is not None else None,
+        uuid,
+        driver,
         # an LTO candidate's code is the image linked for this GPU: its digest is part of what passed
         (cand.artifact.sha256 + (f"+{linked.sha256}" if linked is not None else "")) if cand.artifact else None,
     )
@@ -313,6 +311,14 @@ def _self_test(result: Backend, cand: Candidate, trace: Trace, twins: list[Any],
         outcome = selftest.Result(cand.label, "mismatch", f"the sample failed: {type(exc).__name__}: {exc}")
     trace.selftests.append(outcome)
     return outcome.why if outcome.outcome == "mismatch" else None
+
+
+def _device_facts(trace: Trace) -> tuple[str | None, int | None]:
+    """The UUID of the device the policy names and the driver's version (None: unknown): what a self-test pass and
+    a linked image are remembered under."""
+    probe = trace.probe
+    device = next((d for d in (probe.devices if probe is not None else ()) if d.index == trace.policy.device), None)
+    return (device.uuid if device is not None else None), (probe.driver_version if probe is not None else None)
 
 
 def _attempt(
@@ -372,15 +378,12 @@ def _link(image: Verified, cand: Candidate, trace: Trace) -> Any:
 
     art, arch = cand.artifact, cand.link_for
     assert art is not None and arch is not None
-    major = int(art.cuda_version.partition(".")[0])
-    found = jitlink.find(major)
+    found = jitlink.find(art.cuda_major)
     if found is None:
-        raise ArtifactError(f"no nvJitLink {major}.x found to link lto for sm_{arch}", reasons.NVJITLINK_UNAVAILABLE)
-    probe = trace.probe
-    device = next((d for d in (probe.devices if probe else ()) if d.index == trace.policy.device), None)
-    key = jitlink.cache_key(
-        device.uuid if device else None, probe.driver_version if probe else None, art.sha256, arch, found
-    )
+        raise ArtifactError(
+            f"no nvJitLink {art.cuda_major}.x found to link lto for sm_{arch}", reasons.NVJITLINK_UNAVAILABLE
+        )
+    key = jitlink.cache_key(*_device_facts(trace), art.sha256, arch, found)
     try:
         return jitlink.image_for(image.load_path, key, arch, found)
     except (jitlink.JitLinkError, OSError, ValueError) as exc:

@@ -160,7 +160,7 @@ def judge(
     no_lto = None
     lto = [t for t in map(targets.parse, artifact.lto) if targets.runs_on(t, cc)]
     if lto:
-        found = (jitlink or {}).get(int(artifact.cuda_version.partition(".")[0]))
+        found = (jitlink or {}).get(artifact.cuda_major)
         no_lto = targets.jitlink_problem(artifact.cuda_version, found, cc)
         if no_lto is None:
             return accept(

@@ -92,15 +92,8 @@ def expected_targets(
             return usable[-1:]
         if not isinstance(value, list):
             raise BuildError(f"variant {variant}: {kind} = {value!r} (use a list, 'all' or 'newest')")
-        prefix = "sm" if kind == "sass" else "compute"
         for a in value:
-            try:
-                target = targets.parse(f"{prefix}_{a}")
-            except ValueError as exc:
-                raise BuildError(f"variant {variant}: {kind} lists {a!r}: {exc}") from None
-            why = targets.buildable(target, version, listed)
-            if why:
-                raise BuildError(f"variant {variant}: {why}")
+            buildable_target(variant, kind, a, version, listed)
         return [str(a) for a in value]
 
     return ([f"sm_{a}" for a in expand(spec["sass"], "sass")], [f"compute_{a}" for a in expand(spec["ptx"], "ptx")])
@@ -120,18 +113,29 @@ def expected_lto(matrix: dict, variant: str, archs: list[int], cuda_version: str
             f'variant {variant}: an LTO variant lists its SASS (the device link\'s image, e.g. "sass": '
             f"[{value[0]!r}]) and no PTX (a device link keeps SASS only)"
         )
-    found = []
-    for a in value:
-        try:
-            target = targets.parse(f"lto_{a}")
-        except ValueError as exc:
-            raise BuildError(f"variant {variant}: lto lists {a!r}: {exc}") from None
-        listed = frozenset(str(x) for x in archs)
-        why = targets.buildable(target, _version_number(cuda_version) if cuda_version else None, listed)
-        if why:
-            raise BuildError(f"variant {variant}: {why}")
-        found.append(target)
-    return [t.text for t in sorted(set(found), key=lambda t: t.cc)]  # as the file is read: by arch, once each
+    version = _version_number(cuda_version) if cuda_version else None
+    listed = frozenset(str(a) for a in archs)
+    found = {buildable_target(variant, "lto", a, version, listed) for a in value}
+    return [t.text for t in sorted(found, key=lambda t: t.cc)]  # as the file is read: by arch, once each
+
+
+# The spelling of a matrix list's arch numbers as targets: "90a" in "sass" is sm_90a.
+_PREFIX = {"sass": "sm", "ptx": "compute", "lto": "lto"}
+
+
+def buildable_target(
+    variant: str, kind: str, arch: object, version: int | None, listed: frozenset[str]
+) -> targets.Target:
+    """One arch number of a variant's ``kind`` list ("sass", "ptx", "lto") as a target a toolkit of ``version``
+    that lists ``listed`` can build; a BuildError naming the variant and the fix otherwise."""
+    try:
+        target = targets.parse(f"{_PREFIX[kind]}_{arch}")
+    except ValueError as exc:
+        raise BuildError(f"variant {variant}: {kind} lists {arch!r}: {exc}") from None
+    why = targets.buildable(target, version, listed)
+    if why:
+        raise BuildError(f"variant {variant}: {why}")
+    return target
 
 
 def _version_number(version: str) -> int:

@@ -9,7 +9,6 @@ against a stand-in for the CUDA runtime's. Only running the linked kernels needs
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import os
@@ -182,15 +181,6 @@ extern "C" __attribute__((visibility("default"))) const void* harness_register(v
   __wrap___cudaRegisterFatBinary(w); return g_seen; }
 extern "C" __attribute__((visibility("default"))) int harness_arch() { return cuplug_lto_linked_arch; }
 """
-
-
-class _Wrapper(ctypes.Structure):
-    _fields_ = [
-        ("magic", ctypes.c_int),
-        ("version", ctypes.c_int),
-        ("data", ctypes.c_void_p),
-        ("other", ctypes.c_void_p),
-    ]
 
 
 def _harness(tmp_path: Path) -> Path:

@@ -154,3 +154,44 @@ def test_a_sample_the_twin_cannot_run_is_left_out_not_held_against_the_candidate
         assert why == "sum: the sample failed here but not on the CPU twin: ValueError: sum cannot run here"
         result = selftest.run(cpu, lambda: Failing(cpu, "sum"), "cuda13/fatbin", None, "1")
         assert result.outcome == "passed" and result.why.startswith("not compared: sum (")
+
+
+@pytest.mark.parametrize(
+    ("dtype", "want", "got", "why"),
+    [
+        ("float32", [1.0, 2.0, 3.0], [1.0, 2.0, 3.0], None),
+        ("float32", [1.0, 2.0, 3.0], [1.0, 2.0005, 3.0], None),  # other bits, within 1e-3 of the largest
+        ("float32", [1.0, 2.0, 3.0], [1.0, 2.0, 3.01], "output 0: element 2 is 3.0099"),
+        ("bfloat16", [0.25, -1.5], [0.25, -1.0], "output 0: element 1 is -1.0, the CPU twin gives -1.5"),
+        ("int32", [5, 6, 7], [5, 6, 8], "output 0: element 2 is 8, the CPU twin gives 7"),
+        ("uint8", [5, 6, 7], [4, 6, 7], "output 0: element 0 is 4, the CPU twin gives 5"),
+    ],
+)
+def test_samples_compare_decides_by_bits_then_by_value(dtype, want, got, why):
+    """Equal bits agree at once; otherwise integers name the first element whose bits differ and floats the first
+    outside the tolerance, with both values."""
+    from cuplug.contract import dtypes
+    from cuplug.runtime import samples
+    from cuplug.runtime.hostbuf import HostBuffer
+
+    def buf(values):
+        b = HostBuffer(dtypes.from_name(dtype), (len(values),))
+        b.fill(values)
+        return b
+
+    result = samples.compare([buf(got)], [buf(want)])
+    assert result == why if why is None else result.startswith(why)
+
+
+def test_samples_compare_names_a_bool_whose_byte_differs():
+    """A bool of byte 2 reads as True like the twin's 1, yet its bits differ: the element is named, never a
+    StopIteration out of the search for it."""
+    from cuplug.contract import dtypes
+    from cuplug.runtime import samples
+    from cuplug.runtime.hostbuf import HostBuffer
+
+    got, want = (HostBuffer(dtypes.from_name("bool"), (3,)) for _ in range(2))
+    want.raw[:3], got.raw[:3] = b"\x00\x01\x01", b"\x00\x01\x02"
+    assert samples.compare([got], [want]) == (
+        "output 0: element 2 is True, the CPU twin gives True (bytes 02 against 01)"
+    )

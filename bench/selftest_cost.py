@@ -5,7 +5,8 @@ idle device (this parent never touches CUDA).
 
 Modes: CUPLUG_SELFTEST=0 (no self-test), =always (the samples run on every load), =1 (the default: run once, then
 remembered per device UUID, driver, artifact sha256 and cuplug version; its rounds after the first are the cached
-case). Each process reports load()'s wall time and the self-test's own time from the trace. The JSON gives, per
+case). Each process reports load()'s wall time and the self-test's own time from the trace; those of
+CUPLUG_SELFTEST=0 then call each op's sample twice (its first call against its second: where the time goes). The JSON gives, per
 mode, the median and the spread (min-max) of both, and the difference of the medians against CUPLUG_SELFTEST=0.
 """
 
@@ -19,14 +20,24 @@ import sys
 import tempfile
 
 CHILD = r"""
-import json, time
+import json, os, time
 t0 = time.perf_counter()
 import cuplug
 b = cuplug.load()
 ms = (time.perf_counter() - t0) * 1e3
 st = [r.as_json() for r in b.trace.selftests]
+ops = {}
+if os.environ["CUPLUG_SELFTEST"] == "0" and b.cuda:  # where the self-test's time goes: each op's first call
+    from cuplug.runtime import samples            # (lazy module loading + the host path) against its second
+    for sig in b.ops.values():
+        times = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            samples.run_sample(b, sig)
+            times.append((time.perf_counter() - t0) * 1e3)
+        ops[sig.name] = times
 print(json.dumps({"load_ms": ms, "variant": f"{b.cuda}/{b.variant}", "selftest_ms": sum(r["ms"] for r in st),
-                  "selftests": st}))
+                  "selftests": st, "ops_first_second_ms": ops}))
 """
 MODES = ("0", "always", "1")
 
@@ -68,6 +79,11 @@ def main() -> int:
             for m, rows in runs.items()
         },
         "first_default_round": runs["1"][0]["selftests"],
+        # CUPLUG_SELFTEST=0's processes, after load(): each op's sample called twice, the medians (first, second)
+        "ops_first_second_ms": {
+            op: [round(statistics.median(r["ops_first_second_ms"][op][k] for r in runs["0"]), 3) for k in (0, 1)]
+            for op in runs["0"][0]["ops_first_second_ms"]
+        },
     }
     print(json.dumps(doc, indent=1))
     return 0

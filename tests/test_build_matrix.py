@@ -269,3 +269,25 @@ def test_a_target_the_toolkit_cannot_build_is_named_with_its_fix():
     for matrix, version, why in cases:
         with pytest.raises(artifacts.BuildError, match=re.escape(why)):
             artifacts.expected_targets(matrix, "v", [*CUDA13_ARCHS, 101], version)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (None, "cannot read the variant matrix"),  # no such file
+        ("{not json", "cannot read the variant matrix"),
+        ("[1, 2]", "expected {'schema': 1, 'min_arch'"),
+        ('{"schema": 2, "min_arch": "75", "variants": {}}', "expected {'schema': 1"),
+        ('{"schema": 1, "variants": {"v": {"sass": ["75"], "ptx": []}}}', "'min_arch': '75'"),  # no min_arch
+        ('{"schema": 1, "min_arch": "sm_75", "variants": {}}', "'min_arch': '75'"),
+        ('{"schema": 1, "min_arch": "75", "variants": []}', "'variants': {...}"),
+    ],
+)
+def test_a_bad_matrix_file_is_refused_naming_its_shape(tmp_path, text, words):
+    """What CMake would stop on (or Python would raise on) is named before any toolkit runs."""
+    path = tmp_path / "matrix.json"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(artifacts.BuildError, match=re.escape(words)):
+        artifacts.load_matrix(path)
+    assert artifacts.load_matrix(ROOT / "backends" / "variants.json") == MATRIX

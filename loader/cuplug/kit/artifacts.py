@@ -60,10 +60,23 @@ class BuildSpec:
         return without_system_cuda(self.env)
 
 
+MATRIX_SHAPE = "{'schema': 1, 'min_arch': '75', 'variants': {...}} (backends/variants.json is one)"
+
+
 def load_matrix(path: Path) -> dict:
-    matrix = json.loads(path.read_text())
-    if matrix.get("schema") != 1 or not isinstance(matrix.get("variants"), dict):
-        raise BuildError(f"{path}: expected {{'schema': 1, 'variants': {{...}}}}")
+    """The variant matrix at ``path``, its shape checked: CMake reads the same file and would stop on the same
+    faults with less to say."""
+    try:
+        matrix = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise BuildError(f"{path}: cannot read the variant matrix: {exc}") from exc
+    if (
+        not isinstance(matrix, dict)
+        or matrix.get("schema") != 1
+        or not isinstance(matrix.get("variants"), dict)
+        or not str(matrix.get("min_arch", "")).isdigit()
+    ):
+        raise BuildError(f"{path}: expected {MATRIX_SHAPE}")
     return matrix
 
 

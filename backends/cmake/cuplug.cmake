@@ -469,11 +469,45 @@ function(_cuplug_variant_archs out_var matrix variant toolkit_archs)
   set(${out_var}_LTO "${_lto}" PARENT_SCOPE)
 endfunction()
 
+# nvcc names a relocatable module's symbols (its module id among them) from random numbers unless it is seeded
+# (-frandom-seed), so an LTO variant differed from build to build. Each .cu gets its own seed, its path below the
+# source directory (nvcc leaves one seed per file to the user), only where an LTO variant compiles it. Whether
+# this nvcc has the option is asked of its --help (13.0 has it, 12.4 not): without it the variant stays
+# unreproducible (docs/lto.md).
+function(_cuplug_seed_relocatable target sources)
+  get_property(_known GLOBAL PROPERTY CUPLUG_NVCC_SEEDS SET)
+  if(NOT _known)
+    execute_process(COMMAND "${CMAKE_CUDA_COMPILER}" --help OUTPUT_VARIABLE _help ERROR_QUIET)
+    string(FIND "${_help}" "--frandom-seed" _at)
+    if(_at LESS 0)
+      set_property(GLOBAL PROPERTY CUPLUG_NVCC_SEEDS OFF)
+    else()
+      set_property(GLOBAL PROPERTY CUPLUG_NVCC_SEEDS ON)
+    endif()
+  endif()
+  get_property(_seeds GLOBAL PROPERTY CUPLUG_NVCC_SEEDS)
+  if(NOT _seeds)
+    return()
+  endif()
+  foreach(_s IN LISTS sources)
+    get_source_file_property(_seeded "${_s}" TARGET_DIRECTORY ${target} CUPLUG_SEEDED)
+    if(NOT _s MATCHES "\\.cu$" OR _seeded)
+      continue()
+    endif()
+    get_filename_component(_abs "${_s}" ABSOLUTE)
+    file(RELATIVE_PATH _rel "${CMAKE_CURRENT_SOURCE_DIR}" "${_abs}")
+    set_property(SOURCE "${_s}" TARGET_DIRECTORY ${target} APPEND PROPERTY COMPILE_OPTIONS
+      "$<$<BOOL:$<TARGET_PROPERTY:CUPLUG_LTO_VARIANT>>:-frandom-seed=cuplug:${_rel}>")
+    set_property(SOURCE "${_s}" TARGET_DIRECTORY ${target} PROPERTY CUPLUG_SEEDED ON)
+  endforeach()
+endfunction()
+
 # An LTO variant (docs/lto.md): every .cu compiled relocatable with LTO-IR beside the variant's SASS; the device
 # link (nvlink, SASS only) makes the library's registered image, and cuplug_lto_image.cpp swaps in the image the
 # loader links for the GPU at load (--wrap of the runtime's registration).
-function(_cuplug_lto_variant target lto_archs)
+function(_cuplug_lto_variant target lto_archs sources)
   _cuplug_stage_kit(_kit)
+  _cuplug_seed_relocatable(${target} "${sources}")
   set(_names "")
   foreach(_a IN LISTS lto_archs)
     target_compile_options(${target} PRIVATE
@@ -572,7 +606,7 @@ function(cuplug_add_cuda_backend name)
       target_link_libraries(${target} PRIVATE ${_component_targets})
     endif()
     if(_archs_LTO)
-      _cuplug_lto_variant(${target} "${_archs_LTO}")
+      _cuplug_lto_variant(${target} "${_archs_LTO}" "${ARG_SOURCES}")
     endif()
     list(APPEND _targets ${target})
     message(STATUS "cuplug: ${target} -> ${variant}/libcuplug_${name}.so, CUDA_ARCHITECTURES ${_archs}")

@@ -152,32 +152,29 @@ def _decide(
 
     found = _safe_discover(backend)
     facts = None if pol.disable_cuda or pol.forced == "cpu" else probe()
-    linkers = _safe_jitlink_versions(found) if facts is not None else {}
-    decision = select.decide(backend, pol, facts, found, linkers)
-    return Trace(backend, pol, facts, found, decision, policy.relevant_env(env))
+    linkers = _safe_jitlinks(found) if facts is not None else {}
+    decision = select.decide(backend, pol, facts, found, {major: lib.version for major, lib in linkers.items()})
+    return Trace(backend, pol, facts, found, decision, policy.relevant_env(env), linkers)
 
 
-def _safe_jitlink_versions(found: Discovery) -> dict[int, tuple[int, int]]:
-    """The nvJitLink installed for each CUDA major an LTO variant needs (nothing is looked for without one); a
-    look that fails finds none (the LTO candidate is then skipped with the reason), never an exception."""
+def _safe_jitlinks(found: Discovery) -> dict[int, Any]:
+    """The nvJitLink (jitlink.Found) installed for each CUDA major an LTO variant needs (nothing is looked for
+    without one): the decision judges it and the link uses it. A look that fails finds none (the LTO candidate is
+    then skipped with the reason), never an exception."""
     try:
-        return _jitlink_versions(found)
+        return _jitlinks(found)
     except Exception:
         return {}
 
 
-def _jitlink_versions(found: Discovery) -> dict[int, tuple[int, int]]:
+def _jitlinks(found: Discovery) -> dict[int, Any]:
     majors = {a.cuda_major for a in found.artifacts if a.lto}
     if not majors:
         return {}
     from . import jitlink
 
-    versions = {}
-    for major in majors:
-        lib = jitlink.find(major)
-        if lib is not None:
-            versions[major] = lib.version
-    return versions
+    libs = {major: jitlink.find(major) for major in majors}
+    return {major: lib for major, lib in libs.items() if lib is not None}
 
 
 def explain(backend: str = "vector", device: int | str | None = None, env: Mapping[str, str] | None = None) -> Trace:
@@ -378,7 +375,7 @@ def _link(image: Verified, cand: Candidate, trace: Trace) -> Any:
 
     art, arch = cand.artifact, cand.link_for
     assert art is not None and arch is not None
-    found = jitlink.find(art.cuda_major)
+    found = trace.linkers.get(art.cuda_major)  # the one the decision judged, not a second look
     if found is None:
         raise ArtifactError(
             f"no nvJitLink {art.cuda_major}.x found to link lto for sm_{arch}", reasons.NVJITLINK_UNAVAILABLE

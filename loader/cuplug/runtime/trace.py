@@ -55,7 +55,19 @@ class Attempt(Record):
 class Trace:
     """Everything that went into the decision, for ``explain()``, ``Backend.trace`` and ``cuplug doctor``."""
 
-    __slots__ = ("attempts", "backend", "decided", "env", "found", "loaded", "policy", "probe", "selftests", "served")
+    __slots__ = (
+        "attempts",
+        "backend",
+        "decided",
+        "env",
+        "found",
+        "linkers",
+        "loaded",
+        "policy",
+        "probe",
+        "selftests",
+        "served",
+    )
 
     def __init__(
         self,
@@ -65,6 +77,7 @@ class Trace:
         found: Discovery,
         decided: Decision,
         env: dict[str, str],
+        linkers: dict[int, Any] | None = None,
     ) -> None:
         self.backend = backend
         self.policy = policy
@@ -72,6 +85,7 @@ class Trace:
         self.found = found
         self.decided = decided
         self.env = env
+        self.linkers = linkers or {}  # CUDA major -> the jitlink.Found the decision counted on (the one that links)
         self.attempts: list[Attempt] = []
         self.selftests: list[Any] = []  # selftest.Result of each CUDA candidate that loaded
         self.served: Candidate | None = None  # the candidate that loaded

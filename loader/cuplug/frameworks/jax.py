@@ -83,6 +83,7 @@ def register(backend: Backend, prefix: str = "") -> Any:
     of them. They call the instance ``backend`` holds: once it is closed, a compiled call of them is an error
     (the handler's table of open instances), never a use of freed memory."""
     import types
+    from typing import cast
 
     import jax
 
@@ -95,8 +96,9 @@ def register(backend: Backend, prefix: str = "") -> Any:
     handler.cuplug_xla_track(token, backend._live_handle())
     core.on_destroy.append(lambda: handler.cuplug_xla_track(token, 0))  # before the instance goes
     lib = backend._core.lib.lib
-    fn = ctypes.cast(lib.cuplug_backend_call, ctypes.c_void_p).value
-    last_error = ctypes.cast(lib.cuplug_backend_last_error, ctypes.c_void_p).value
+    # the addresses of two symbols ctypes has found (a missing one raises): never NULL, so never None
+    fn = cast(int, ctypes.cast(lib.cuplug_backend_call, ctypes.c_void_p).value)
+    last_error = cast(int, ctypes.cast(lib.cuplug_backend_last_error, ctypes.c_void_p).value)
     ops = types.SimpleNamespace()
     for name, sig in backend.ops.items():
         setattr(ops, prefix + name, _op(jax, backend, sig, target, fn, last_error, token))

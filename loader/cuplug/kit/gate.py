@@ -113,7 +113,8 @@ def _undefined_symbols(data: bytes) -> list[str]:
 
     try:
         dynsym = ELFFile(io.BytesIO(data)).get_section_by_name(".dynsym")
-        symbols = list(dynsym.iter_symbols()) if dynsym is not None else []
+        # (.dynsym is a SymbolTableSection, which pyelftools types as a Section; if not, AttributeError says so)
+        symbols = list(dynsym.iter_symbols()) if dynsym is not None else []  # type: ignore[attr-defined]
     except (ELFError, AttributeError) as exc:
         raise ValueError(f"not a readable ELF file ({exc})") from exc
     return [s.name for s in symbols if s.name and s["st_shndx"] == "SHN_UNDEF"]
@@ -144,7 +145,7 @@ def _needed(data: bytes) -> list[str]:
     except ELFError as exc:
         raise ValueError(f"not a readable ELF file ({exc})") from exc
     return [
-        t.needed
+        t.needed  # type: ignore[attr-defined]  # pyelftools sets it (setattr) on a DT_NEEDED tag only
         for s in sections
         if isinstance(s, DynamicSection)
         for t in s.iter_tags()

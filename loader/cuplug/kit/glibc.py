@@ -24,7 +24,8 @@ def glibc_needs(data: bytes) -> list[tuple[str, str]]:
             return []
         names = {aux["vna_other"]: aux.name for _, auxes in need.iter_versions() for aux in auxes}
         found = []
-        for i, sym in enumerate(dynsym.iter_symbols()):
+        # (.dynsym is a SymbolTableSection, which pyelftools types as a Section; if not, AttributeError says so)
+        for i, sym in enumerate(dynsym.iter_symbols()):  # type: ignore[attr-defined]
             ndx = versym.get_symbol(i)["ndx"]  # an int, or VER_NDX_LOCAL / VER_NDX_GLOBAL
             version = names.get(ndx & 0x7FFF) if isinstance(ndx, int) else None
             if sym.name and sym["st_shndx"] == "SHN_UNDEF" and version and glibc_version(version) > MAX_GLIBC:

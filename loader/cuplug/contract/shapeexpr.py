@@ -25,6 +25,14 @@ class Term:
 
     __slots__ = ("index", "input", "kind", "name", "start", "stop", "value")
 
+    kind: str
+    value: int | None  # "lit"
+    name: str | None  # "attr"
+    input: int | None  # "dim", "dims": the input's position
+    index: int | None  # "dim"
+    start: int | None  # "dims"
+    stop: int | None  # "dims"
+
     def __init__(self, kind: str, **fields: object) -> None:
         self.kind = kind
         self.value = self.name = self.input = self.index = self.start = self.stop = None
@@ -90,7 +98,7 @@ def _split(text: str, expr: str) -> list[str]:
 
 def attributes(terms: list[Term]) -> set[str]:
     """The attributes whose values the shape depends on (they key a prepared call)."""
-    return {t.name for t in terms if t.kind == "attr"}  # type: ignore[misc]
+    return {t.name for t in terms if t.kind == "attr" and t.name is not None}
 
 
 def evaluate(
@@ -101,20 +109,24 @@ def evaluate(
     out: list[int] = []
     for t in terms:
         if t.kind == "lit":
-            out.append(t.value)  # type: ignore[arg-type]
+            assert t.value is not None  # parse() sets each kind's fields
+            out.append(t.value)
         elif t.kind == "attr":
-            v = values[t.name]  # type: ignore[index]
+            assert t.name is not None
+            v = values[t.name]
             if isinstance(v, float) and not v.is_integer():
                 return f"attribute {t.name} sizes a shape, so it must be a whole number, got {v}"
             if int(v) < 0:
                 return f"attribute {t.name} sizes a shape, so it must be >= 0, got {int(v)}"
             out.append(int(v))
         else:
-            shape = shapes[t.input]  # type: ignore[index]
+            assert t.input is not None
+            shape = shapes[t.input]
             if t.kind == "dim":
-                if not -len(shape) <= t.index < len(shape):  # type: ignore[operator]
-                    return f"{names[t.input]} has {len(shape)} dimension(s), so it has no dimension {t.index}"  # type: ignore[index]
-                out.append(shape[t.index])  # type: ignore[index]
+                assert t.index is not None
+                if not -len(shape) <= t.index < len(shape):
+                    return f"{names[t.input]} has {len(shape)} dimension(s), so it has no dimension {t.index}"
+                out.append(shape[t.index])
             else:
                 out.extend(shape[t.start : t.stop])
     if len(out) > MAX_NDIM:

@@ -69,10 +69,10 @@ class Backend:
         self._core = _Core(library, handle, cuda, self.device_index, int(info.get("stream") or 0))
         _cores.add(self._core)
         self._finalizer = _Finalizer(self, _Core.close, self._core)
-        self._plans: dict[tuple, plan.Plan] = {}
+        self._plans: dict[tuple[Any, ...], plan.Plan] = {}
         fast = fastpath.dispatcher(self, Backend.run, Tensor)
         if fast is not None:  # run() repeated in C once learned; Backend.run(b, ...) is the whole path
-            self.run = fast
+            self.run = fast  # type: ignore[method-assign]  # this instance's run() is the C dispatcher
 
     __copy__ = __deepcopy__ = __reduce_ex__ = __reduce__ = _no_copy
 
@@ -289,7 +289,12 @@ class Backend:
         return results[0] if len(results) == 1 else tuple(results)
 
     def _plan(
-        self, sig: signature.OpSignature, args: list[Arg], out_args: list[Arg] | None, inputs: tuple, attrs: dict
+        self,
+        sig: signature.OpSignature,
+        args: list[Arg],
+        out_args: list[Arg] | None,
+        inputs: tuple[Any, ...],
+        attrs: dict[str, Any],
     ) -> plan.Plan:
         """The prepared call for these operands' specs and the attributes given (plan.py): made on the first call
         of its key, with every check that depends on nothing else; found again after that."""
@@ -345,7 +350,7 @@ class Backend:
         self._plans[key] = made
         return made
 
-    def _framework_launch(self, inputs: tuple, out: Any) -> int | None:
+    def _framework_launch(self, inputs: tuple[Any, ...], out: Any) -> int | None:
         """The current stream of the first PyTorch CUDA tensor or CuPy array among the operands, or None."""
         outs = (out if isinstance(out, (tuple, list)) else (out,)) if out is not None else ()
         for x in (*inputs, *outs):

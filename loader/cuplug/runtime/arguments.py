@@ -68,7 +68,8 @@ def read(self: Backend, obj: Any, name: str, writable: bool, handshake: int | No
     """The operand ``obj`` read by the importer of its kind (operands.py), every field checked."""
     kind = type(obj)
     if kind is Tensor:
-        return obj._arg(self, name)
+        tensor: Tensor = obj
+        return tensor._arg(self, name)
     if kind is _NDARRAY[0] or (_NDARRAY[0] is None and kind is _ndarray()):  # NumPy, the host's usual array:
         try:  # its buffer export, no DLPack round trip
             view: memoryview | None = memoryview(obj)

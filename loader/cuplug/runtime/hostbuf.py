@@ -20,6 +20,7 @@ from .signature import numel
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import builtins  # (in the class, ``memoryview`` is the method below)
     from typing import Any
 
 _MEMORYVIEW_FORMATS = frozenset("bBhHiIlLqQfd?")  # what memoryview.cast() takes (no 'e' before 3.12's buffers)
@@ -83,7 +84,7 @@ class HostTensor:
             "version": 3,
         }
 
-    def memoryview(self) -> memoryview:
+    def memoryview(self) -> builtins.memoryview[Any]:
         """Its bytes as a memoryview of its format and shape (the buffer protocol of Python < 3.12)."""
         fmt = self.dtype.format
         if fmt not in _MEMORYVIEW_FORMATS:
@@ -92,13 +93,17 @@ class HostTensor:
                 "(np.from_dlpack(t), torch.from_dlpack(t)) or __array_interface__ (np.asarray(t))"
             )
         view = memoryview(self.raw).cast("B")[: self.nbytes]
-        return view.cast(fmt, self.shape)  # a 0-d tensor gives a 0-d view (shape ()), never a 1-element one
+        # a 0-d tensor gives a 0-d view (shape ()), never a 1-element one; its items are ints, floats or bools.
+        # (fmt is a str of _MEMORYVIEW_FORMATS: typeshed's cast() overloads take only literal formats)
+        shaped: builtins.memoryview[Any] = view.cast(fmt, self.shape)  # type: ignore[call-overload]
+        return shaped
 
     def tobytes(self) -> bytes:
         """A copy of its bytes, in C order (as NumPy's and array.array's tobytes())."""
         return bytes(self.raw)[: self.nbytes]
 
-    def __buffer__(self, flags: int) -> memoryview:  # PEP 688 (Python >= 3.12): memoryview(t), np.asarray(t)
+    # PEP 688 (Python >= 3.12): memoryview(t), np.asarray(t)
+    def __buffer__(self, flags: int) -> builtins.memoryview[Any]:
         return self.memoryview()
 
     # ---- values

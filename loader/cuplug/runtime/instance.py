@@ -55,7 +55,7 @@ class _Core:
     def usable(self) -> bool:
         return self.handle is not None and self.forked_from is None
 
-    def release(self, buffer_id: int, life: list | None = None) -> None:
+    def release(self, buffer_id: int, life: list[str | None] | None = None) -> None:
         """A tensor has gone (its last holder let go): free it, and the instance if it was the last. ``life``: the
         tensor's own record of it, marked "freed" first (a __del__ elsewhere may bring the tensor back)."""
         with self.lock:

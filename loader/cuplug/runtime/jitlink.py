@@ -28,6 +28,10 @@ from ..contract import fatbin
 from ..contract.cache import cache_root
 from ..contract.record import Record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 # Where NVIDIA's wheel of each CUDA major puts the library, relative to its site directory (the default: CUDA 13's
 # nvidia/cu<major>/lib); its dist-info (nvidia_nvjitlink[_cu12]-<version>.dist-info) says the version.
 WHEEL_LIB_DIRS: dict[int, str] = {12: "nvidia/nvjitlink/lib"}
@@ -78,7 +82,7 @@ def _wheel_version(site: str, major: int) -> tuple[tuple[int, int], str] | None:
     return None
 
 
-def find(major: int, path: list[str] | None = None, env: dict[str, str] | None = None) -> Found | None:
+def find(major: int, path: list[str] | None = None, env: Mapping[str, str] | None = None) -> Found | None:
     """The newest nvJitLink of CUDA ``major`` in the places of the module docstring, or None; nothing is loaded (a
     library whose version neither its wheel's dist-info nor its file name says is passed over)."""
     env = os.environ if env is None else env

@@ -22,7 +22,13 @@ from ..contract.errors import InvalidInputError, cut, shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TypeGuard
+
+    # What a prepared call is keyed on: (dtype, shape, device); a backend's resident Tensor adds "resident".
+    Spec = (
+        tuple[dtypes.DType, tuple[int, ...], tuple[int, int]]
+        | tuple[dtypes.DType, tuple[int, ...], tuple[int, int], str]
+    )
 
 # No 64-bit Linux maps user memory at or above 2^56 (x86-64 with 5-level paging ends there, aarch64 at
 # 2^52), nor does CUDA's unified address space: an operand reaching past it is a lie, not memory.
@@ -54,7 +60,7 @@ class Arg:
         self.keep = keep
         self.obj = obj
         self.nbytes = nbytes
-        self.spec = (dt, shape, device)
+        self.spec: Spec = (dt, shape, device)
         self.stream: int | None = None  # a producer stream that the launch must wait for (CAI v3, resident)
 
 
@@ -64,7 +70,7 @@ def root(obj: Any) -> str:
     return module.partition(".")[0] if isinstance(module, str) else ""
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     """An integer that is not a bool (``True`` is no extent, no pointer and no stream)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -74,7 +80,8 @@ def as_index(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     try:
-        return value.__index__()  # type: ignore[attr-defined]
+        index: int = value.__index__()  # type: ignore[attr-defined]  # any object: AttributeError when it has none
+        return index
     except (AttributeError, TypeError):
         return None
 
@@ -202,9 +209,11 @@ class _Export:
         return int(self.pb.buf or 0)
 
     def __del__(self) -> None:
-        pb, self.pb = getattr(self, "pb", None), None
-        if pb is not None and _release_buffer is not None:  # None: the interpreter is tearing the module down
-            _release_buffer(ctypes.byref(pb))
+        pb = getattr(self, "pb", None)  # None: never exported (__init__ raised), or released already
+        if pb is not None:
+            del self.pb  # released once, whoever calls again
+            if _release_buffer is not None:  # None: the interpreter is tearing the module down
+                _release_buffer(ctypes.byref(pb))
 
 
 def from_memoryview(obj: Any, name: str, writable: bool, view: memoryview | None = None) -> Arg:

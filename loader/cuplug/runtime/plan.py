@@ -104,7 +104,8 @@ class Plan:
         self.tensors = False  # any operand a Tensor: its liveness is checked at each call
         self.out_devices_per_call = False
         self.given: tuple[str, ...] = per_call  # the attributes given, in the caller's order (Backend._plan sets it)
-        self.fast: dict[Any, tuple] = {}  # what fastpath.learn tells the C dispatcher, per way of making outputs
+        # what fastpath.learn tells the C dispatcher, per way of making outputs (made_by, like's type, its device)
+        self.fast: dict[tuple[str, type, Any], tuple[Any, ...]] = {}
 
     def fill(self, args: list[Any], out_args: list[Any], attrs: dict[str, Any], op: str) -> None:
         """This call's addresses and attribute values (checked: Attr.value_of raises on a bad one)."""

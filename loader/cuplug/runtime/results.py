@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .operands import Arg
 
 
-def framework_empty(inputs: tuple, out_specs: list[Any]) -> tuple[list[Any], str, Any] | None:
+def framework_empty(inputs: tuple[Any, ...], out_specs: list[Any]) -> tuple[list[Any], str, Any] | None:
     """Device outputs from the allocator of the first device input's framework: ``torch.empty`` on its device
     (PyTorch's caching allocator, stream-ordered on the current stream), ``cupy.empty`` (CuPy's pool); None
     for any other producer (the backend's own memory then). With the framework's name and that input."""
@@ -27,10 +27,11 @@ def framework_empty(inputs: tuple, out_specs: list[Any]) -> tuple[list[Any], str
         mod = sys.modules.get(root)
         if mod is None:
             continue
-        if root == "torch" and isinstance(x, getattr(mod, "Tensor", ())) and x.is_cuda:
-            return [mod.empty(shape, dtype=getattr(mod, dt.name), device=x.device) for dt, shape in out_specs], root, x
+        # (isinstance against a class mypy cannot see narrows x to object: union-attr below is that)
+        if root == "torch" and isinstance(x, getattr(mod, "Tensor", ())) and x.is_cuda:  # type: ignore[union-attr]
+            return [mod.empty(shape, dtype=getattr(mod, dt.name), device=x.device) for dt, shape in out_specs], root, x  # type: ignore[union-attr]
         if root == "cupy" and isinstance(x, getattr(mod, "ndarray", ())) and all(dt.typestr for dt, _ in out_specs):
-            with mod.cuda.Device(x.device.id):
+            with mod.cuda.Device(x.device.id):  # type: ignore[union-attr]
                 return [mod.empty(shape, dtype=dt.name) for dt, shape in out_specs], root, x
     return None
 

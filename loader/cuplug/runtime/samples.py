@@ -78,8 +78,8 @@ def compare(got: list[HostBuffer], want: list[HostBuffer]) -> str | None:
             # the first element whose bits differ (bools of other bytes than 0/1 read alike as values)
             size = g.dtype.itemsize
             i = next(j for j in range(g.n) if g.raw[j * size : (j + 1) * size] != w.raw[j * size : (j + 1) * size])
-            a, b = (x.raw[i * size : (i + 1) * size] for x in (g, w))
-            bits = f" (bytes {a.hex()} against {b.hex()})" if gv[i] == wv[i] else ""
+            ga, wa = (x.tobytes()[i * size : (i + 1) * size] for x in (g, w))  # bytes (typeshed: raw[a:b] is a list)
+            bits = f" (bytes {ga.hex()} against {wa.hex()})" if gv[i] == wv[i] else ""
             return f"output {k}: element {i} is {gv[i]}, the CPU twin gives {wv[i]}{bits}"
         scale = max([1.0] + [abs(v) for v in wv])
         for i, (a, b) in enumerate(zip(gv, wv, strict=True)):

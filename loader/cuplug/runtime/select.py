@@ -162,7 +162,7 @@ def judge(
     if lto:
         found = (jitlink or {}).get(artifact.cuda_major)
         no_lto = targets.jitlink_problem(artifact.cuda_version, found, cc)
-        if no_lto is None:
+        if no_lto is None and found is not None:  # (None found is a problem: jitlink_problem says it)
             return accept(
                 TIER_LTO,
                 f"LTO-IR {lto[0].text} linked for sm_{cc[0]}{cc[1]} at load by nvJitLink {found[0]}.{found[1]}; "

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
     Backend = Any  # (the module that defines it imports this one)
 
+    from .instance import _Core
+
 
 class _Device:
     """A consumer's ``dl_device`` in the shape ``operands.dlpack_device`` reads."""
@@ -45,7 +47,7 @@ class Tensor:
         self.id = buffer_id
         self.shape: tuple[int, ...] = (shape,) if isinstance(shape, int) else tuple(shape)
         self.dtype: dtypes.DType = dtypes.from_name(dtype)
-        self._core = backend._core
+        self._core: _Core = backend._core
         self._template: Any = None
         self._exported = False
         # None while its memory lives, else "freed" or "closed": a list the finalizer shares, so a tensor brought
@@ -53,7 +55,8 @@ class Tensor:
         self._life: list[str | None] = [None]
         self._desc: abi.CTensor | None = None
         self._as_arg: Arg | None = None
-        self._fast: tuple | None = None  # (address, dtype row, device, shape) for the C dispatcher, with _as_arg
+        # (address, dtype row, device type, device id, shape) for the C dispatcher, with _as_arg
+        self._fast: tuple[int, int, int, int, tuple[int, ...]] | None = None
         self._finalizer: _Finalizer | None = None  # set by _own(): only Backend.empty() owns memory
 
     def _own(self) -> None:
@@ -92,7 +95,8 @@ class Tensor:
         core = self._core
         if core.closed and core.handle is not None and core.forked_from is None and self._exported:
             return core.handle
-        return self.backend._live_handle()
+        handle: int = self.backend._live_handle()  # (Backend is Any here: see TYPE_CHECKING above)
+        return handle
 
     def _descriptor(self) -> abi.CTensor:
         if self._desc is None:

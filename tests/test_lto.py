@@ -166,6 +166,11 @@ def test_nvjitlink_is_found_in_nvidias_wheels_and_toolkits_by_major(tmp_path):
     (toolkit / "libnvJitLink.so.12").symlink_to("libnvJitLink.so.12.6.85")
     found = jitlink.find(12, path=[], env={"CUDA_HOME": str(tmp_path / "cuda")})
     assert (found.version, found.full, found.how) == ((12, 6), "12.6.85", "$CUDA_HOME")
+    # among equal versions, the first in the search order: a wheel on sys.path before $CUDA_HOME's toolkit
+    (toolkit / "libnvJitLink.so.13.0.88").write_bytes(b"\x7fELF")
+    (toolkit / "libnvJitLink.so.13").symlink_to("libnvJitLink.so.13.0.88")
+    found = jitlink.find(13, path=[str(one)], env={"CUDA_HOME": str(tmp_path / "cuda")})
+    assert (found.path, found.full) == (str(lib13), "13.0.88"), found
     # a dist-info of another major says nothing about this file, and its name no version: passed over
     _wheel(tmp_path / "three", "nvidia/cu13/lib", 13, "nvidia_nvjitlink_cu12-12.4.127")
     assert jitlink.find(13, path=[str(tmp_path / "three")], env={}) is None

@@ -104,8 +104,8 @@ def find(major: int, path: list[str] | None = None, env: Mapping[str, str] | Non
             parsed = _file_version(candidate, major)
             if parsed is not None:
                 found.append(Found(candidate, parsed[0], parsed[1], f"${var}"))
-    # the newest; among equals, the first in the search order
-    return max(reversed(found), key=lambda f: tuple(int(p) for p in f.full.split(".")), default=None)
+    # the newest; among equals, the first in the search order (max keeps the first of equal keys)
+    return max(found, key=lambda f: tuple(int(p) for p in f.full.split(".")), default=None)
 
 
 def _file_version(path: str, major: int) -> tuple[tuple[int, int], str] | None:

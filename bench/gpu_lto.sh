@@ -2,17 +2,19 @@
 # Issue 33 on the GPU machine, in one call: the Hopper build's checks (bench/gpu_targets.sh: sm90a/sm90 selected and
 # run, the planted wrong sm90a rejected, the self-test's cost) with the LTO variant's GPU tests; then the LTO
 # variant against SASS and PTX (bench/lto_cost.py); then the host's launch costs (bench/cuda_call_costs.cu).
-# Carried: dist's wheels, dist-hopper, build/planted, build/nvjitlink (the pinned nvidia-nvjitlink wheel(s) of
-# toolchains/nvjitlink.txt, `pip download --no-deps -d build/nvjitlink -r toolchains/nvjitlink.txt`, or, to fit
-# the 64 MiB a call carries, its `pip install --target` directory as an .tar.xz: 28 MB for 13.0.88's 40 MB wheel).
+# Carried: dist's wheels, dist-hopper, build/planted, build/deps (pyelftools: --no-deps installs leave it out),
+# build/nvjitlink (the pinned nvidia-nvjitlink wheel(s) of toolchains/nvjitlink.txt, `pip download --no-deps -d
+# build/nvjitlink -r toolchains/nvjitlink.txt`, or, to fit the 64 MiB a call carries, its `pip install --target`
+# directory as an .tar.xz: 28 MB for 13.0.88's 40 MB wheel).
 # $OUT gets: run.log, targets-tests.log, targets-doctor.txt, selftest-cost-{hopper,default}.json, lto-cost.json,
-# cupy-fast-tests.log, dispatch-cupy.json,
-# cuda-call-costs.json.   Usage (device machine, repo root): bash bench/gpu_lto.sh
+# dispatch-cupy.json, cuda-call-costs.json (8 files: the most a call returns; the CuPy tests go to run.log).
+# Usage (device machine, repo root): bash bench/gpu_lto.sh
 set -o pipefail
 ROOT=$(pwd)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/run.log"
 rm -rf /tmp/site /tmp/nvjl
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$ROOT"/dist/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$ROOT"/dist/*.whl "$ROOT"/build/deps/*.whl \
+  || exit 1
 mkdir -p /tmp/nvjl
 for f in "$ROOT"/build/nvjitlink/*.whl; do
   [ -e "$f" ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/nvjl "$f"
@@ -39,7 +41,7 @@ NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 cd /tmp || exit 1
 [ -f "$ROOT/tests/test_gpu_cupy_fast.py" ] && PYTHONPATH=/tmp/site timeout 120 python3 -m pytest \
   "$ROOT/tests/test_gpu_cupy_fast.py" -p no:cacheprovider --rootdir="$ROOT" -c "$ROOT/pyproject.toml" -q -rfE \
-  -o addopts="" 2>&1 | tee "$OUT/cupy-fast-tests.log" | tail -8
+  -o addopts="" 2>&1 | tee -a "$OUT/run.log" | tail -8
 PYTHONPATH=/tmp/site timeout 150 python3 -m pytest "$ROOT/bench/bench_dispatch.py" -p no:cacheprovider --rootdir="$ROOT" \
   -q -o addopts="" -k "per_call_cuda" --benchmark-json="$OUT/dispatch-cupy.json" \
   --benchmark-columns=median,iqr,min,rounds 2>&1 | tail -25 | tee -a "$OUT/run.log"

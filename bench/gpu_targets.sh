@@ -3,14 +3,15 @@
 # dist/'s cuplug wheel) installed into its own site; tests/test_gpu_targets.py on it (the arch-specific variant
 # selected and run, the plain one forced, the planted wrong sm90a of build/planted/ rejected by its self-test);
 # then what the self-test adds to load() (bench/selftest_cost.py) on that site and on dist/'s default one.
-# Carried: dist, dist-hopper, build/planted. $OUT gets targets-tests.log, selftest-cost-{hopper,default}.json.
+# Carried: dist, dist-hopper, build/planted, build/deps (pyelftools: --no-deps installs leave it out).
+# $OUT gets targets-tests.log, selftest-cost-{hopper,default}.json.
 #   here:  python3 ci/nox.py -s wheels hopper_wheels; .nox/wheels/bin/python bench/plant_wrong_sm90a.py build/planted
 #   run:   bash bench/gpu_targets.sh
 set -o pipefail
 ROOT=$(pwd)
 SITE=/tmp/hopper-site
 rm -rf "$SITE" && python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" \
-  "$ROOT"/dist/cuplug-*.whl "$ROOT"/dist-hopper/*.whl || { echo "gpu_targets: install failed"; exit 1; }
+  "$ROOT"/dist/cuplug-*.whl "$ROOT"/dist-hopper/*.whl "$ROOT"/build/deps/*.whl || { echo "gpu_targets: install failed"; exit 1; }
 python3 -m compileall -q "$SITE" > /dev/null
 export PYTHONUNBUFFERED=1
 cd /tmp || exit 1

@@ -79,6 +79,13 @@ def main() -> int:
             for m, rows in runs.items()
         },
         "first_default_round": runs["1"][0]["selftests"],
+        # CUPLUG_SELFTEST=always's processes: each op's sample inside the self-test, the medians (twin, candidate)
+        "always_ops_ms": {
+            op: [
+                round(statistics.median(r["selftests"][0]["ops_ms"][op][k] for r in runs["always"]), 3) for k in (0, 1)
+            ]
+            for op in (runs["always"][0]["selftests"] or [{}])[0].get("ops_ms", {})
+        },
         # CUPLUG_SELFTEST=0's processes, after load(): each op's sample called twice, the medians (first, second)
         "ops_first_second_ms": {
             op: [round(statistics.median(r["ops_first_second_ms"][op][k] for r in runs["0"]), 3) for k in (0, 1)]

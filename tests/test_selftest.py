@@ -93,6 +93,8 @@ def test_a_right_artifact_passes_and_its_pass_is_remembered(right_site, fake_dri
     first = run_json(LOAD, env)
     assert first["attempts"][0][:2] == ["cuda13/fatbin", "ok"] and first["cuda"] == "cuda13"
     assert first["selftests"][0]["outcome"] == "passed" and first["selftests"][0]["ms"] > 0
+    ops = first["selftests"][0]["ops_ms"]  # where the time went: each op's [twin ms, candidate ms]
+    assert sorted(ops) == ["add", "scale_add", "sum"] and all(len(t) == 2 and min(t) > 0 for t in ops.values())
     assert len(list((cache / "selftest").iterdir())) == 1
     again = run_json(LOAD, env)
     assert again["selftests"][0]["outcome"] == "passed (remembered)"

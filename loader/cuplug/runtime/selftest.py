@@ -27,19 +27,23 @@ VERSION = __version__  # cuplug's, a part of the key (the samples or the compari
 class Result:
     """What the self-test did for one candidate: ``outcome`` "passed", "passed (remembered)", "mismatch",
     "skipped"; ``why`` (the mismatch, or why it was skipped); ``ms`` (its time: the samples', or the look-up of a
-    remembered pass; 0 when skipped)."""
+    remembered pass; 0 when skipped); ``ops_ms`` (op -> [the twin's sample ms, the candidate's], where they ran)."""
 
-    __slots__ = ("label", "ms", "outcome", "why")
+    __slots__ = ("label", "ms", "ops_ms", "outcome", "why")
 
     def __init__(self, label: str, outcome: str, why: str = "", ms: float = 0.0) -> None:
         self.label, self.outcome, self.why, self.ms = label, outcome, why, ms
+        self.ops_ms: dict[str, list[float]] = {}
 
     def text(self) -> str:
         took = f" in {self.ms:.2f} ms" if self.ms else ""
         return f"{self.label}: {self.outcome}{took}" + (f" ({self.why})" if self.why else "")
 
     def as_json(self) -> dict[str, Any]:
-        return {"candidate": self.label, "outcome": self.outcome, "why": self.why or None, "ms": round(self.ms, 3)}
+        ops = {op: [round(t, 3) for t in ts] for op, ts in self.ops_ms.items()}
+        return {"candidate": self.label, "outcome": self.outcome, "why": self.why or None, "ms": round(self.ms, 3)} | (
+            {"ops_ms": ops} if ops else {}
+        )
 
 
 def key(uuid: str | None, driver: int | None, sha256: str | None) -> str | None:
@@ -70,9 +74,9 @@ def remember(k: str | None) -> None:
         pass
 
 
-def compare(candidate: Any, twin: Any) -> tuple[str | None, list[str]]:
+def compare(candidate: Any, twin: Any, times: dict[str, list[float]] | None = None) -> tuple[str | None, list[str]]:
     """Every op of ``candidate`` on its sample against ``twin``'s result: (the first disagreement or None, the ops
-    not compared). The twin runs first: a sample the twin cannot run says nothing about the candidate (a fault
+    not compared); ``times`` gets each op's [twin ms, candidate ms] (where the self-test's time goes). The twin runs first: a sample the twin cannot run says nothing about the candidate (a fault
     of the sampler or of the twin), so that op is left out and named, never held against the candidate; one the
     twin runs and the candidate cannot is the candidate's failure."""
     from . import samples
@@ -82,15 +86,19 @@ def compare(candidate: Any, twin: Any) -> tuple[str | None, list[str]]:
         twin_sig = twin.ops.get(sig.name)
         if twin_sig is None:
             return f"{sig.name}: the CPU twin has no such op", inconclusive
+        t0 = time.perf_counter()
         try:
             want = samples.run_sample(twin, twin_sig)
         except Exception as exc:
             inconclusive.append(f"{sig.name} (the CPU twin's sample failed: {type(exc).__name__}: {exc})")
             continue
+        t1 = time.perf_counter()
         try:
             got = samples.run_sample(candidate, sig)
         except Exception as exc:
             return f"{sig.name}: the sample failed here but not on the CPU twin: {type(exc).__name__}: {exc}", []
+        if times is not None:
+            times[sig.name] = [(t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3]
         why = samples.compare(got, want)
         if why:
             return f"{sig.name}: {why}", inconclusive
@@ -108,11 +116,15 @@ def run(candidate: Any, twin_of: Any, label: str, k: str | None, mode: str) -> R
     if twin is None:
         return Result(label, "skipped", "no CPU twin to compare with")
     t0 = time.perf_counter()
-    why, inconclusive = compare(candidate, twin)
+    times: dict[str, list[float]] = {}
+    why, inconclusive = compare(candidate, twin, times)
     ms = (time.perf_counter() - t0) * 1e3
     if why:
-        return Result(label, "mismatch", why, ms)
-    if inconclusive:  # not remembered: a fixed sampler or twin compares them next time
-        return Result(label, "passed", "not compared: " + "; ".join(inconclusive), ms)
-    remember(k)
-    return Result(label, "passed", "", ms)
+        result = Result(label, "mismatch", why, ms)
+    elif inconclusive:  # not remembered: a fixed sampler or twin compares them next time
+        result = Result(label, "passed", "not compared: " + "; ".join(inconclusive), ms)
+    else:
+        remember(k)
+        result = Result(label, "passed", "", ms)
+    result.ops_ms = times
+    return result

@@ -207,3 +207,14 @@ def test_read_elf_of_a_built_cuda_backend_and_of_one_whose_section_lies(site):
     struct.pack_into("<Q", data, at + 32, 1 << 40)
     with pytest.raises(fatbin.FatbinError, match=r"^no fat binary container in the section$"):
         fatbin.read_elf(bytes(data))
+
+
+def test_without_pyelftools_reading_a_section_names_the_missing_dependency(monkeypatch):
+    """A --no-deps install (seen on the GPU machine: an LTO variant refused with a bare ModuleNotFoundError): the
+    error names pyelftools and the requirement cuplug declares."""
+    import sys
+
+    for name in [m for m in sys.modules if m == "elftools" or m.startswith("elftools.")] + ["elftools"]:
+        monkeypatch.setitem(sys.modules, name, None)  # None in sys.modules: the import fails
+    with pytest.raises(fatbin.FatbinError, match=r"needs pyelftools.*pip install 'pyelftools>=0\.31'"):
+        fatbin.elf_section(b"\x7fELF", fatbin.RELOCATABLE_SECTION)

@@ -158,13 +158,28 @@ def container(cubin: bytes, arch: int) -> bytes:
     return _CONTAINER.pack(MAGIC, 1, _CONTAINER.size, len(body)) + body
 
 
+def _declared(project: str) -> str:
+    """cuplug's requirement on ``project`` as its installed metadata declares it (``project`` where none says)."""
+    try:
+        from importlib.metadata import requires
+
+        return next((r for r in requires("cuplug") or [] if r.startswith(project)), project)
+    except Exception:  # not installed as a distribution (a source tree on sys.path)
+        return project
+
+
 def elf_section(data: bytes, name: str) -> bytes | None:
     """The bytes of section ``name`` of an ELF image (None: no such section); FatbinError for an unreadable one."""
     import io
 
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-
+    try:
+        from elftools.common.exceptions import ELFError
+        from elftools.elf.elffile import ELFFile
+    except ImportError as exc:  # a --no-deps install: say what is missing and how to get it
+        raise FatbinError(
+            f"reading ELF sections needs pyelftools, a dependency of cuplug not installed here ({exc}): "
+            f"pip install '{_declared('pyelftools')}'"
+        ) from exc
     try:
         section = ELFFile(io.BytesIO(data)).get_section_by_name(name)
         if section is None:

@@ -42,7 +42,7 @@
 typedef int (*call_fn)(void*, const char*, const cuplug_tensor*, int, cuplug_tensor*, int, const cuplug_attr*,
                        int, uint64_t);
 
-enum kind { K_NONE = 0, K_TORCH = 1, K_NDARRAY = 2, K_RESIDENT = 3 };
+enum kind { K_NONE = 0, K_TORCH = 1, K_NDARRAY = 2, K_RESIDENT = 3, K_CUPY = 4 };
 
 /* ---- what Python teaches the module once (dtypes, the frameworks' types): process-wide ---- */
 
@@ -69,6 +69,8 @@ static PyObject* torch_getsets[N_GETSETS];
 static PyObject* torch_methods[N_METHODS];
 static descrgetfunc getset_get; /* tp_descr_get of PyTorch's getset descriptors */
 static PyObject* resident_type;    /* cuplug.runtime.api.Tensor */
+static PyObject* cupy_type;        /* cupy.ndarray, once CuPy is imported by anyone */
+static PyObject* cupy_stream_now;  /* cupy.cuda.get_current_stream */
 
 /* DLPack's C exchange API (dlpack.h >= 1.2, DLPackExchangeAPI), as PyTorch offers it on torch.Tensor's type
  * (__dlpack_c_exchange_api__): one C call fills a non-owning DLTensor of a tensor (pointer, device, dtype,
@@ -93,7 +95,8 @@ static PyObject* torch_exchange_owner;            /* the capsule the table came 
 static int dl_rows[256][65];                       /* (DLPack type code, bits) -> dtype row + 1 (0: none) */
 
 static PyObject *s_backend, *s_life, *s_fast, *s_out, *s_stream,
-    *s_acquire, *s_release, *s_closed, *s_handle, *s_forked_from, *s_check, *s_item, *s_lock;
+    *s_acquire, *s_release, *s_closed, *s_handle, *s_forked_from, *s_check, *s_item, *s_lock, *s_data, *s_ptr,
+    *s_device_id, *s_shape, *s_strides, *s_dtype, *s_char;
 
 /* ---- one operand as read ---- */
 
@@ -281,6 +284,46 @@ static int read_ndarray(PyObject* x, int writable, operand* o) {
     return span_ok(o);
 }
 
+/* operands.from_cai for exact cupy.ndarray, without the interface's dict: its MemoryPointer's address and device,
+ * its shape, and its dtype's character (NumPy's, the buffer format's for every dtype the table has); C-contiguous
+ * by its byte strides (a dimension of size 1 may have any stride, as CuPy's flags say). CuPy has no read-only
+ * arrays. Anything else (a view with gaps, a dtype the table lacks) goes to the whole path. */
+static int read_cupy(PyObject* x, operand* o) {
+    o->kind = K_CUPY;
+    int ok = 0;
+    PyObject *mp = NULL, *ptr = NULL, *dev = NULL, *shape = NULL, *strides = NULL, *dtype = NULL, *ch = NULL;
+    /* each attribute only while no error is set: the first that fails ends the read */
+    if (!(mp = attr(x, s_data)) || !(ptr = attr(mp, s_ptr)) || !(dev = attr(mp, s_device_id)) ||
+        !(shape = attr(x, s_shape)) || !(strides = attr(x, s_strides)) || !(dtype = attr(x, s_dtype)) ||
+        !(ch = attr(dtype, s_char)))
+        goto done;
+    if (!PyLong_CheckExact(ptr) || !PyLong_CheckExact(dev) || !PyUnicode_CheckExact(ch) ||
+        !PyTuple_CheckExact(strides))
+        goto done;
+    PyObject* row = PyDict_GetItemWithError(formats, ch); /* borrowed */
+    if (!row) goto done;
+    o->dt = (int)PyLong_AsLong(row);
+    if (o->dt < 0 || o->dt >= dtypes.n || !shape_from_tuple(shape, o) || PyTuple_Size(strides) != o->ndim) goto done;
+    long long expect = dtypes.itemsize[o->dt];
+    for (int i = o->ndim - 1; i >= 0; i--) {
+        long long stride = PyLong_AsLongLong(PyTuple_GetItem(strides, i));
+        if (PyErr_Occurred() || (o->shape[i] != 1 && stride != expect)) goto done;
+        expect *= o->shape[i];
+    }
+    if (!byte_size(o)) goto done;
+    o->dev_type = CUPLUG_DEVICE_CUDA;
+    o->dev_id = (int)PyLong_AsLong(dev);
+    unsigned long long addr = PyLong_AsUnsignedLongLong(ptr);
+    if (PyErr_Occurred() || o->dev_id < 0) goto done;
+    o->addr = o->nbytes ? (uint64_t)addr : 0; /* an empty array's pointer is never read */
+    ok = span_ok(o);
+done:
+    Py_XDECREF(mp), Py_XDECREF(ptr), Py_XDECREF(dev), Py_XDECREF(shape), Py_XDECREF(strides), Py_XDECREF(dtype);
+    Py_XDECREF(ch);
+    if (!ok) PyErr_Clear();
+    return ok;
+}
+
 /* A resident tensor's memory still lives: its `_life` list (shared with its finalizer) says None. */
 static int resident_alive(PyObject* x) {
     PyObject* life = attr(x, s_life);
@@ -322,6 +365,7 @@ static int read_operand(PyObject* x, int writable, PyObject* backend, operand* o
     if ((t == torch_types[0] || t == torch_types[1]) && t)
         return torch_exchange ? read_torch_exchange(x, writable, o) : read_torch(x, writable, o);
     if (t == resident_type && resident_type) return read_resident(x, backend, o);
+    if (t == cupy_type && cupy_type) return read_cupy(x, o);
     return 0;
 }
 
@@ -585,10 +629,32 @@ fail:
     return 0;
 }
 
-/* Backend._framework_launch: PyTorch's current stream when a PyTorch CUDA tensor is among the operands. */
+/* CuPy's current stream (cupy.cuda.get_current_stream().ptr), as streams.framework_stream reads it. */
+static int cupy_launch(call_state* c) {
+    PyObject* stream = cupy_stream_now ? PyObject_CallNoArgs(cupy_stream_now) : NULL;
+    PyObject* ptr = stream ? attr(stream, s_ptr) : NULL;
+    int ok = ptr && PyLong_CheckExact(ptr);
+    unsigned long long h = ok ? PyLong_AsUnsignedLongLong(ptr) : 0;
+    Py_XDECREF(stream), Py_XDECREF(ptr);
+    if (!ok || PyErr_Occurred() || h >= ADDRESS_END) {
+        PyErr_Clear();
+        return 0;
+    }
+    c->launch = h;
+    return 1;
+}
+
+/* Backend._framework_launch: the current stream of the first PyTorch CUDA tensor or CuPy array among the operands.
+ * A CuPy array is taken only when the launch is on CuPy's current stream, the stream its work is ordered on: with
+ * stream= or a PyTorch tensor first, the whole path imports it by DLPack, whose handshake makes the launch stream
+ * wait for CuPy's (0: the whole path). */
 static int framework_launch(Dispatcher* d, call_state* c) {
-    if (c->launch != NO_STREAM || !d->cuda) return 1;
+    int cupy = 0;
+    for (int i = 0; i < c->n_in + c->n_out; i++) cupy |= c->ops[i].kind == K_CUPY;
+    if (c->launch != NO_STREAM || !d->cuda) return !cupy;
     for (int i = 0; i < c->n_in + c->n_out; i++) {
+        if (c->ops[i].kind == K_CUPY) return cupy_launch(c);
+        if (cupy && c->ops[i].kind == K_TORCH && c->ops[i].dev_type == CUPLUG_DEVICE_CUDA) return 0;
         if (c->ops[i].kind == K_TORCH && c->ops[i].dev_type == CUPLUG_DEVICE_CUDA) {
             if (torch_exchange) { /* PyTorch's current stream of the device, from C++ */
                 void* stream = NULL;
@@ -1203,7 +1269,22 @@ static PyObject* fc_set_torch_exchange(PyObject* m, PyObject* table) {
     return PyBool_FromLong(api != NULL);
 }
 
+/* set_cupy(cupy.ndarray, cupy.cuda.get_current_stream): exact CuPy arrays read in C, launched on CuPy's stream. */
+static PyObject* fc_set_cupy(PyObject* m, PyObject* a) {
+    (void)m;
+    PyObject *ndarray, *current;
+    if (!PyArg_ParseTuple(a, "O!O", &PyType_Type, &ndarray, &current)) return NULL;
+    if (!PyCallable_Check(current)) {
+        PyErr_SetString(PyExc_TypeError, "set_cupy: get_current_stream is not callable");
+        return NULL;
+    }
+    set_ref(&cupy_type, ndarray);
+    set_ref(&cupy_stream_now, current);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"set_cupy", fc_set_cupy, METH_VARARGS, "set_cupy(cupy.ndarray, cupy.cuda.get_current_stream)"},
     {"set_torch_exchange", fc_set_torch_exchange, METH_O,
      "set_torch_exchange(torch.Tensor.__dlpack_c_exchange_api__ or None) -> whether DLPack's C table is used"},
     {"configure", fc_configure, METH_VARARGS, "configure(dtype rows, formats, resident Tensor type)"},
@@ -1224,6 +1305,8 @@ PyMODINIT_FUNC PyInit__fastcall(void) {
     INTERN(s_fast, "_fast") INTERN(s_out, "out") INTERN(s_stream, "stream") INTERN(s_acquire, "acquire")
     INTERN(s_release, "release") INTERN(s_closed, "closed") INTERN(s_handle, "handle")
     INTERN(s_forked_from, "forked_from") INTERN(s_check, "_check") INTERN(s_item, "item") INTERN(s_lock, "lock")
+    INTERN(s_data, "data") INTERN(s_ptr, "ptr") INTERN(s_device_id, "device_id") INTERN(s_shape, "shape")
+    INTERN(s_strides, "strides") INTERN(s_dtype, "dtype") INTERN(s_char, "char")
     PyObject* m = PyModule_Create(&module_def);
     if (!m) return NULL;
     FastPlan_Type = (PyTypeObject*)PyType_FromSpec(&FastPlan_spec);

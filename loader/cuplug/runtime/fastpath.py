@@ -3,7 +3,7 @@
 ``Backend.run`` is the whole path: every operand imported and checked, every error worded, a prepared
 call per key (plan.py). Once it has made a call, ``learn`` hands the same call to the C dispatcher, which
 reads the operands again with its own readers (exact ``torch.Tensor``/``Parameter``, exact
-``numpy.ndarray``, cuplug's resident ``Tensor``), checks that they say what the plan says, and keeps the
+``numpy.ndarray``, exact ``cupy.ndarray``, cuplug's resident ``Tensor``), checks that they say what the plan says, and keeps the
 plan's C descriptors. A later call with the same key is repeated in C: every check that can change
 between two calls (addresses and their span, contiguity, layout, lazy views, read-only and
 requires-grad outputs, overlaps, freed tensors, a closed or forked instance) is made again there; any
@@ -29,8 +29,13 @@ if TYPE_CHECKING:
 
     Backend = Any  # (the module that defines it imports this one)
 
+    from collections.abc import Callable
+
     from .plan import Plan
     from .signature import OpSignature
+
+    # How the whole path made one output: (callable, args, kwargs), or (torch.empty_like, the input's index, None)
+    Maker = tuple[Callable[..., Any], tuple[Any, ...] | int, dict[str, Any] | None]
 
 ROW = {d: i for i, d in enumerate(dtypes.TABLE)}  # a dtype's row: how C names it (contract.dtypes.TABLE)
 _state: dict[str, Any] = {}  # "module": the extension or None; "numpy"/"torch": taught once
@@ -70,7 +75,9 @@ def dispatcher(backend: Backend, whole_path: Any, resident: type) -> Any:
         return None
     core = backend._core
     entry = getattr(core.lib, "call_fast", None)
-    if not isinstance(entry, ctypes._CFuncPtr):  # a library stand-in (tests' spies): the whole path sees it all
+    # not a C function (ctypes' private base class, which typeshed does not export): a library stand-in (tests'
+    # spies), and the whole path sees it all
+    if not isinstance(entry, ctypes._CFuncPtr):  # type: ignore[attr-defined]
         return None
     address = ctypes.cast(entry, ctypes.c_void_p).value
     return mod.Dispatcher(
@@ -79,16 +86,27 @@ def dispatcher(backend: Backend, whole_path: Any, resident: type) -> Any:
 
 
 def _teach_frameworks(mod: Any) -> None:
-    """numpy.ndarray and PyTorch's tensor types, once their modules are imported (by the caller: cuplug never
-    imports them); taught again when another module object stands under the name (a test's stand-in)."""
+    """numpy.ndarray, cupy.ndarray (and CuPy's current stream) and PyTorch's tensor types, once their modules are
+    imported (by the caller: cuplug never imports them); taught again when another module object stands under the
+    name (a test's stand-in)."""
     np = sys.modules.get("numpy")
     nd = getattr(np, "ndarray", None)
     if _state.get("numpy") is not np and isinstance(nd, type):
         mod.set_numpy(nd)
         _state["numpy"] = np
+    cupy = sys.modules.get("cupy")
+    array, current = getattr(cupy, "ndarray", None), getattr(getattr(cupy, "cuda", None), "get_current_stream", None)
+    if _state.get("cupy") is not cupy and isinstance(array, type) and callable(current):
+        mod.set_cupy(array, current)
+        _state["cupy"] = cupy
     torch = sys.modules.get("torch")
     tensor = getattr(torch, "Tensor", None)
-    if _state.get("torch") is not torch and isinstance(tensor, type) and hasattr(torch, "strided"):
+    if (
+        torch is not None
+        and _state.get("torch") is not torch
+        and isinstance(tensor, type)
+        and hasattr(torch, "strided")
+    ):
         from .operands import torch_dtypes, torch_reader
 
         _state["torch"] = torch
@@ -127,14 +145,18 @@ def _spec(dt: dtypes.DType, device: tuple[int, int], shape: tuple[int, ...]) -> 
     return (ROW[dt], device[0], device[1], tuple(shape))
 
 
-def _makers(sig: OpSignature, p: Plan, made_by: str, like: Any) -> tuple | None:
+def _makers(sig: OpSignature, p: Plan, made_by: str, like: Any) -> tuple[Maker, ...] | None:
     """How the whole path made this call's outputs, as (callable, args, kwargs) per output: ``torch.empty`` on
-    ``like``'s device (PyTorch CUDA inputs), ``np.empty`` / ``torch.empty`` like the caller's host array; None
-    where the C path does not make them (backend-owned results, CuPy's, ``array.array``, cuplug's host buffers)."""
-    torch, np = sys.modules.get("torch"), sys.modules.get("numpy")
+    ``like``'s device (PyTorch CUDA inputs), ``cupy.empty`` (CuPy inputs: on CuPy's current device; an output on
+    another device than the plan's goes back to the whole path), ``np.empty`` / ``torch.empty`` like the caller's
+    host array; None where the C path does not make them (backend-owned results, ``array.array``, cuplug's host
+    buffers)."""
+    torch, np, cupy = sys.modules.get("torch"), sys.modules.get("numpy"), sys.modules.get("cupy")
     specs = p.out_specs
     if made_by == "torch" and torch is not None:
         return _torch_makers(torch, p, {"device": like.device})
+    if made_by == "cupy" and cupy is not None:  # CuPy's pool on its current device: C reads the device back
+        return tuple((cupy.empty, (s,), {"dtype": dt.name}) for dt, s in specs)
     if made_by != "host" or like is None:
         return None
     if any(o.shape_rule.get("scalar") and not dt.array_code for (dt, _), o in zip(specs, sig.outputs, strict=True)):
@@ -146,7 +168,7 @@ def _makers(sig: OpSignature, p: Plan, made_by: str, like: Any) -> tuple | None:
     return None
 
 
-def _torch_makers(torch: Any, p: Plan, where: dict[str, Any]) -> tuple:
+def _torch_makers(torch: Any, p: Plan, where: dict[str, Any]) -> tuple[Maker, ...]:
     """``torch.empty`` per output, as the whole path makes them; but an output of an input's dtype and shape is
     made by ``torch.empty_like`` of that input: the same tensor for a contiguous input (the only kind the C path
     reads), for ~0.5 us less a call (VM: 1.43 against 0.83). C checks at each call that the input is a PyTorch
@@ -160,7 +182,7 @@ def _torch_makers(torch: Any, p: Plan, where: dict[str, Any]) -> tuple:
     )
 
 
-def _torch_types(torch: Any) -> tuple:
+def _torch_types(torch: Any) -> tuple[type, ...]:
     found = (getattr(torch, "Tensor", None), getattr(getattr(torch, "nn", None), "Parameter", None))
     return tuple(t for t in found if isinstance(t, type))
 
@@ -170,7 +192,7 @@ def learn(
     sig: OpSignature,
     p: Plan,
     op: str,
-    inputs: tuple,
+    inputs: tuple[Any, ...],
     out: Any,
     stream: Any,
     given: dict[str, Any],
@@ -193,7 +215,7 @@ def learn(
     return bool(run.learn((op, *inputs), {**given, "out": out, "stream": stream}, facts))
 
 
-def _facts(sig: OpSignature, p: Plan, made_by: str, like: Any) -> tuple:
+def _facts(sig: OpSignature, p: Plan, made_by: str, like: Any) -> tuple[Any, ...]:
     """What the C dispatcher keeps of a plan (fastcall.c, Dispatcher_learn); () where it cannot repeat it."""
     makers = None
     if made_by != "out":

@@ -37,11 +37,12 @@ for k, v in d.get('speed_ms_per_call', {}).items(): print(k, {r: x['ms'] if isin
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 "$NVCC" -O2 -o /tmp/costs "$ROOT/bench/cuda_call_costs.cu" -lcuda -ldl \
   && /tmp/costs 20000 /tmp/site/cuplug_cuda13/fatbin/libcuplug_vector.so | tee "$OUT/cuda-call-costs.json"
-# issue 30: the CuPy fast path's GPU tests (branch cupy-fast-reader), and every per-call CUDA row beside its anchor
+# issue 30: the CuPy fast path's GPU tests, and every per-call CUDA row beside its anchor
 cd /tmp || exit 1
 [ -f "$ROOT/tests/test_gpu_cupy_fast.py" ] && PYTHONPATH=/tmp/site timeout 120 python3 -m pytest \
   "$ROOT/tests/test_gpu_cupy_fast.py" -p no:cacheprovider --rootdir="$ROOT" -c "$ROOT/pyproject.toml" -q -rfE \
   -o addopts="" 2>&1 | tee -a "$OUT/run.log" | tail -8
+PYTHONPATH=/tmp/site timeout 60 python3 "$ROOT/bench/diag_cupy_empty.py" 2>&1 | tee -a "$OUT/run.log" | tail -12
 PYTHONPATH=/tmp/site timeout 150 python3 -m pytest "$ROOT/bench/bench_dispatch.py" -p no:cacheprovider --rootdir="$ROOT" \
   -q -o addopts="" -k "per_call_cuda" --benchmark-json="$OUT/dispatch-cupy.json" \
   --benchmark-columns=median,iqr,min,rounds 2>&1 | tail -25 | tee -a "$OUT/run.log"

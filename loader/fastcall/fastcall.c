@@ -305,7 +305,9 @@ static int read_cupy(PyObject* x, operand* o) {
     o->dt = (int)PyLong_AsLong(row);
     if (o->dt < 0 || o->dt >= dtypes.n || !shape_from_tuple(shape, o) || PyTuple_Size(strides) != o->ndim) goto done;
     long long expect = dtypes.itemsize[o->dt];
-    for (int i = o->ndim - 1; i >= 0; i--) {
+    int empty = 0; /* CuPy's strides of an array with an extent 0 skip that extent ((3, 0) float32: (4, 4)) */
+    for (int i = 0; i < o->ndim; i++) empty |= o->shape[i] == 0;
+    for (int i = o->ndim - 1; i >= 0 && !empty; i--) { /* C-contiguous as dl_contiguous says it */
         long long stride = PyLong_AsLongLong(PyTuple_GetItem(strides, i));
         if (PyErr_Occurred() || (o->shape[i] != 1 && stride != expect)) goto done;
         expect *= o->shape[i];
@@ -738,6 +740,12 @@ static int no_overlap(FastPlan* p, call_state* c) {
     return 1;
 }
 
+static int plan_has_cupy(const FastPlan* p) {
+    for (int i = 0; i < p->n_in; i++)
+        if (p->spec[i].kind == K_CUPY) return 1;
+    return 0;
+}
+
 /* Outputs from the caller's allocator (the makers Python taught), read as operands. */
 static int make_outputs(Dispatcher* d, FastPlan* p, call_state* c, PyObject** made) {
     PyObject* backend = PyWeakref_GetObject(d->backend_ref);
@@ -754,7 +762,13 @@ static int make_outputs(Dispatcher* d, FastPlan* p, call_state* c, PyObject** ma
             made[j] = PyObject_CallFunctionObjArgs(PyTuple_GetItem(m, 0), c->ops[k].obj, NULL);
         } else
             made[j] = PyObject_Call(PyTuple_GetItem(m, 0), args, PyTuple_GetItem(m, 2));
-        if (!made[j]) return -1; /* the allocator's own error (out of memory): raised as it is */
+        if (!made[j]) { /* the allocator's own error (out of memory): raised as it is. But cupy.empty allocates
+                         * on CuPy's current device, which need not be the plan's: the whole path, allocating on
+                         * the input's device, says what is true there (an Exception only: never a Ctrl-C) */
+            if (!plan_has_cupy(p) || !PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+            PyErr_Clear();
+            return 0;
+        }
         operand* o = &c->ops[c->n_in + j];
         if (!read_operand(made[j], 1, backend, o) || !spec_agrees(o, &p->spec[c->n_in + j])) {
             release_operands(o, 1);

@@ -85,7 +85,8 @@ def test_an_allocating_call_comes_from_cupys_pool_through_the_fast_path(b):
     again = b.run("add", x, x)
     assert _fast(b) == n + 1
     assert isinstance(again, cp.ndarray) and again.dtype == cp.float32 and again.shape == (4096,)
-    assert again.data.mem.size >= again.nbytes and bool((again == 2 * x).all())
+    assert isinstance(again.data.mem, cp.cuda.memory.PooledMemory)  # CuPy's pool made it
+    assert bool((again == 2 * x).all())
     total = b.run("sum", x)
     assert float(total) == float(x.sum())
 
@@ -117,14 +118,15 @@ def test_per_call_checks_of_cupy_arrays_after_the_call_was_learned(b):
         assert r.shape == a.shape and bool((r == 2).all())
 
 
-def test_an_empty_cupy_array_gives_an_empty_result_whichever_path_serves_it(b):
+@pytest.mark.parametrize("shape", [(0,), (3, 0)])  # (3, 0): CuPy's strides skip the empty extent
+def test_an_empty_cupy_array_gives_an_empty_result_whichever_path_serves_it(b, shape):
     """Right on either path. On the H100 of bench/results/h100-2026-12-05-gpu-lto-1 the second call of an empty
     float16 add was not repeated in C (the whole path served it, rightly); why is not found yet: xfail, not a pass,
     while it is so."""
-    a = cp.ones((0,), dtype=cp.float16)
+    a = cp.ones(shape, dtype=cp.float16)
     b.run("add", a, a)
     n = _fast(b)
     r = b.run("add", a, a)
-    assert isinstance(r, cp.ndarray) and r.shape == (0,) and r.dtype == cp.float16
+    assert isinstance(r, cp.ndarray) and r.shape == shape and r.dtype == cp.float16
     if _fast(b) != n + 1:
         pytest.xfail("an empty CuPy array's learned call went to the whole path")

@@ -281,6 +281,10 @@ def test_a_target_the_toolkit_cannot_build_is_named_with_its_fix():
         ('{"schema": 1, "variants": {"v": {"sass": ["75"], "ptx": []}}}', "'min_arch': '75'"),  # no min_arch
         ('{"schema": 1, "min_arch": "sm_75", "variants": {}}', "'min_arch': '75'"),
         ('{"schema": 1, "min_arch": "75", "variants": []}', "'variants': {...}"),
+        ('{"schema": true, "min_arch": "75", "variants": {}}', "expected {'schema': 1"),  # true == 1 in Python
+        ('{"schema": 1.0, "min_arch": "75", "variants": {}}', "expected {'schema': 1"),
+        ('{"schema": 1, "min_arch": "\u00b2", "variants": {}}', "'min_arch': '75'"),  # "²".isdigit() is True
+        ("[" * 100000, "cannot read the variant matrix"),  # nesting past the recursion limit
     ],
 )
 def test_a_bad_matrix_file_is_refused_naming_its_shape(tmp_path, text, words):

@@ -68,13 +68,14 @@ def load_matrix(path: Path) -> dict:
     faults with less to say."""
     try:
         matrix = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise BuildError(f"{path}: cannot read the variant matrix: {exc}") from exc
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: "[[[[..." nesting
+        raise BuildError(f"{path}: cannot read the variant matrix: {type(exc).__name__}: {exc}") from exc
     if (
         not isinstance(matrix, dict)
-        or matrix.get("schema") != 1
+        or type(matrix.get("schema")) is not int  # true and 1.0 equal 1 but are not it
+        or matrix["schema"] != 1
         or not isinstance(matrix.get("variants"), dict)
-        or not str(matrix.get("min_arch", "")).isdigit()
+        or not re.fullmatch(r"[0-9]+", str(matrix.get("min_arch", "")))  # ASCII digits: "²".isdigit() is True
     ):
         raise BuildError(f"{path}: expected {MATRIX_SHAPE}")
     return matrix

@@ -185,6 +185,27 @@ def test_samples_compare_decides_by_bits_then_by_value(dtype, want, got, why):
     assert result == why if why is None else result.startswith(why)
 
 
+def test_samples_compare_names_outputs_of_another_shape_or_dtype():
+    """Bytes that differ because the outputs are not alike are named as such, never a StopIteration."""
+    from cuplug.contract import dtypes
+    from cuplug.runtime import samples
+    from cuplug.runtime.hostbuf import HostBuffer
+
+    def buf(dtype, values):
+        b = HostBuffer(dtypes.from_name(dtype), (len(values),))
+        b.fill(values)
+        return b
+
+    assert samples.compare([buf("int32", [1, 2, 3])], [buf("int32", [1, 2])]) == (
+        "output 0: int32[3], the CPU twin gives int32[2]"
+    )
+    assert samples.compare([buf("float32", [1.0])], [buf("int32", [1])]) == (
+        "output 0: float32[1], the CPU twin gives int32[1]"
+    )
+    nan = buf("float32", [float("nan")])  # equal bits agree, a NaN too
+    assert samples.compare([nan], [buf("float32", [float("nan")])]) is None
+
+
 def test_samples_compare_names_a_bool_whose_byte_differs():
     """A bool of byte 2 reads as True like the twin's 1, yet its bits differ: the element is named, never a
     StopIteration out of the search for it."""

@@ -73,6 +73,8 @@ def compare(got: list[HostBuffer], want: list[HostBuffer]) -> str | None:
     for k, (g, w) in enumerate(zip(got, want, strict=True)):
         if g.tobytes() == w.tobytes():  # the usual case, decided without a Python number per element
             continue
+        if g.dtype is not w.dtype or g.shape != w.shape:  # (the op's signature makes both alike: a broken twin)
+            return f"output {k}: {g.dtype.name}{list(g.shape)}, the CPU twin gives {w.dtype.name}{list(w.shape)}"
         gv, wv = g.values(), w.values()
         if not g.dtype.is_float:
             # the first element whose bits differ (bools of other bytes than 0/1 read alike as values)

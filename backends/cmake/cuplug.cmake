@@ -470,11 +470,11 @@ function(_cuplug_variant_archs out_var matrix variant toolkit_archs)
 endfunction()
 
 # nvcc names a relocatable module's symbols (its module id among them) from random numbers unless it is seeded
-# (-frandom-seed), so an LTO variant differed from build to build. Each .cu gets its own seed, its path below the
-# source directory (nvcc leaves one seed per file to the user), only where an LTO variant compiles it. Whether
-# this nvcc has the option is asked of its --help (13.0 has it, 12.4 not): without it the variant stays
-# unreproducible (docs/lto.md).
-function(_cuplug_seed_relocatable target sources)
+# (-frandom-seed), so an LTO variant differed from build to build. Each .cu gets its own seed, the backend's name
+# and its path below the source directory (nvcc leaves one seed per file to the user; two backends' kernels.cu
+# differ), only where an LTO variant compiles it. Whether this nvcc has the option is asked of its --help (13.0
+# has it, 12.4 not): without it the variant stays unreproducible (docs/lto.md).
+function(_cuplug_seed_relocatable target backend sources)
   get_property(_known GLOBAL PROPERTY CUPLUG_NVCC_SEEDS SET)
   if(NOT _known)
     execute_process(COMMAND "${CMAKE_CUDA_COMPILER}" --help OUTPUT_VARIABLE _help ERROR_QUIET)
@@ -497,7 +497,7 @@ function(_cuplug_seed_relocatable target sources)
     get_filename_component(_abs "${_s}" ABSOLUTE)
     file(RELATIVE_PATH _rel "${CMAKE_CURRENT_SOURCE_DIR}" "${_abs}")
     set_property(SOURCE "${_s}" TARGET_DIRECTORY ${target} APPEND PROPERTY COMPILE_OPTIONS
-      "$<$<BOOL:$<TARGET_PROPERTY:CUPLUG_LTO_VARIANT>>:-frandom-seed=cuplug:${_rel}>")
+      "$<$<BOOL:$<TARGET_PROPERTY:CUPLUG_LTO_VARIANT>>:-frandom-seed=cuplug:${backend}:${_rel}>")
     set_property(SOURCE "${_s}" TARGET_DIRECTORY ${target} PROPERTY CUPLUG_SEEDED ON)
   endforeach()
 endfunction()
@@ -505,9 +505,9 @@ endfunction()
 # An LTO variant (docs/lto.md): every .cu compiled relocatable with LTO-IR beside the variant's SASS; the device
 # link (nvlink, SASS only) makes the library's registered image, and cuplug_lto_image.cpp swaps in the image the
 # loader links for the GPU at load (--wrap of the runtime's registration).
-function(_cuplug_lto_variant target lto_archs sources)
+function(_cuplug_lto_variant target backend lto_archs sources)
   _cuplug_stage_kit(_kit)
-  _cuplug_seed_relocatable(${target} "${sources}")
+  _cuplug_seed_relocatable(${target} ${backend} "${sources}")
   set(_names "")
   foreach(_a IN LISTS lto_archs)
     target_compile_options(${target} PRIVATE
@@ -606,7 +606,7 @@ function(cuplug_add_cuda_backend name)
       target_link_libraries(${target} PRIVATE ${_component_targets})
     endif()
     if(_archs_LTO)
-      _cuplug_lto_variant(${target} "${_archs_LTO}" "${ARG_SOURCES}")
+      _cuplug_lto_variant(${target} ${name} "${_archs_LTO}" "${ARG_SOURCES}")
     endif()
     list(APPEND _targets ${target})
     message(STATUS "cuplug: ${target} -> ${variant}/libcuplug_${name}.so, CUDA_ARCHITECTURES ${_archs}")

@@ -216,5 +216,9 @@ def test_without_pyelftools_reading_a_section_names_the_missing_dependency(monke
 
     for name in [m for m in sys.modules if m == "elftools" or m.startswith("elftools.")] + ["elftools"]:
         monkeypatch.setitem(sys.modules, name, None)  # None in sys.modules: the import fails
-    with pytest.raises(fatbin.FatbinError, match=r"needs pyelftools.*pip install 'pyelftools>=0\.31'"):
+    with pytest.raises(fatbin.MissingDependency, match=r"needs pyelftools.*pip install 'pyelftools>=0\.31'"):
         fatbin.elf_section(b"\x7fELF", fatbin.RELOCATABLE_SECTION)
+    from cuplug.tools import inspection  # `cuplug inspect` says it of this environment, not of the file
+
+    (problem,) = inspection._check("lib.so", b"\x7fELF", None).problems
+    assert problem.startswith("cannot read it here: reading ELF sections needs pyelftools"), problem

@@ -52,6 +52,10 @@ class FatbinError(ValueError):
     """The section is not a fat binary container this reader understands."""
 
 
+class MissingDependency(FatbinError):
+    """What reads device code is not installed here (pyelftools): a fault of this environment, not of a file."""
+
+
 class Entry(Record):
     __slots__ = ("kind", "arch", "version", "compressed", "payload_size", "suffix")
     kind: int
@@ -176,7 +180,7 @@ def elf_section(data: bytes, name: str) -> bytes | None:
         from elftools.common.exceptions import ELFError
         from elftools.elf.elffile import ELFFile
     except ImportError as exc:  # a --no-deps install: say what is missing and how to get it
-        raise FatbinError(
+        raise MissingDependency(
             f"reading ELF sections needs pyelftools, a dependency of cuplug not installed here ({exc}): "
             f"pip install '{_declared('pyelftools')}'"
         ) from exc

@@ -66,6 +66,8 @@ def _check(where: str, data: bytes, art: Artifact | None) -> Finding:
     variant = art.variant if art else None
     try:
         found = _facts(data)
+    except fatbin.MissingDependency as exc:  # this environment's fault: not said of the file
+        return Finding(where, variant, {}, None if art is None else _expected(art), [f"cannot read it here: {exc}"])
     except fatbin.FatbinError as exc:
         return Finding(where, variant, {}, None if art is None else _expected(art), [f"unreadable device code: {exc}"])
     arch = machine_of(data[:20])  # the CPU the file is for, from its ELF header

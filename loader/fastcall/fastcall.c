@@ -141,6 +141,13 @@ static int byte_size(operand* o) {
     return 1;
 }
 
+/* Whether any of n operands is of this kind (K_CUPY, K_RESIDENT). */
+static int has_kind(const operand* ops, int n, int kind) {
+    for (int i = 0; i < n; i++)
+        if (ops[i].kind == kind) return 1;
+    return 0;
+}
+
 /* operands.check_span: the bytes inside the user address space, never NULL when there are any. */
 static int span_ok(const operand* o) {
     if (o->addr >= ADDRESS_END || o->addr + o->nbytes > ADDRESS_END) return 0;
@@ -651,8 +658,7 @@ static int cupy_launch(call_state* c) {
  * stream= or a PyTorch tensor first, the whole path imports it by DLPack, whose handshake makes the launch stream
  * wait for CuPy's (0: the whole path). */
 static int framework_launch(Dispatcher* d, call_state* c) {
-    int cupy = 0;
-    for (int i = 0; i < c->n_in + c->n_out; i++) cupy |= c->ops[i].kind == K_CUPY;
+    int cupy = has_kind(c->ops, (int)(c->n_in + c->n_out), K_CUPY);
     if (c->launch != NO_STREAM || !d->cuda) return !cupy;
     for (int i = 0; i < c->n_in + c->n_out; i++) {
         if (c->ops[i].kind == K_CUPY) return cupy_launch(c);
@@ -740,12 +746,6 @@ static int no_overlap(FastPlan* p, call_state* c) {
     return 1;
 }
 
-static int plan_has_cupy(const FastPlan* p) {
-    for (int i = 0; i < p->n_in; i++)
-        if (p->spec[i].kind == K_CUPY) return 1;
-    return 0;
-}
-
 /* Outputs from the caller's allocator (the makers Python taught), read as operands. */
 static int make_outputs(Dispatcher* d, FastPlan* p, call_state* c, PyObject** made) {
     PyObject* backend = PyWeakref_GetObject(d->backend_ref);
@@ -765,7 +765,7 @@ static int make_outputs(Dispatcher* d, FastPlan* p, call_state* c, PyObject** ma
         if (!made[j]) { /* the allocator's own error (out of memory): raised as it is. But cupy.empty allocates
                          * on CuPy's current device, which need not be the plan's: the whole path, allocating on
                          * the input's device, says what is true there (an Exception only: never a Ctrl-C) */
-            if (!plan_has_cupy(p) || !PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+            if (!has_kind(p->spec, p->n_in, K_CUPY) || !PyErr_ExceptionMatches(PyExc_Exception)) return -1;
             PyErr_Clear();
             return 0;
         }
@@ -927,8 +927,7 @@ static PyObject* dispatch(Dispatcher* d, call_state* cs, PyObject* args, PyObjec
     int n_read = (int)(c.n_in + c.n_out);
     cuplug_attr attrs[MAX_ATTRS];
     FastPlan* p = NULL;
-    int resident = 0;
-    for (int i = 0; i < n_read; i++) resident |= c.ops[i].kind == K_RESIDENT;
+    int resident = has_kind(c.ops, n_read, K_RESIDENT);
     if (!framework_launch(d, &c) || !(p = find_plan(d, &c, attrs)) || (resident && c.launch != NO_STREAM) ||
         (c.out && !no_overlap(p, &c))) {
         PyErr_Clear();

@@ -71,7 +71,8 @@ def run_sample(backend: Any, sig: OpSignature) -> list[HostBuffer]:
 def compare(got: list[HostBuffer], want: list[HostBuffer]) -> str | None:
     """None when each output agrees (bits for integers, 1e-3 of the largest magnitude for floats)."""
     for k, (g, w) in enumerate(zip(got, want, strict=True)):
-        if g.tobytes() == w.tobytes():  # the usual case, decided without a Python number per element
+        gb, wb = g.tobytes(), w.tobytes()
+        if gb == wb:  # the usual case, decided without a Python number per element
             continue
         if g.dtype is not w.dtype or g.shape != w.shape:  # (the op's signature makes both alike: a broken twin)
             return f"output {k}: {g.dtype.name}{list(g.shape)}, the CPU twin gives {w.dtype.name}{list(w.shape)}"
@@ -79,8 +80,8 @@ def compare(got: list[HostBuffer], want: list[HostBuffer]) -> str | None:
         if not g.dtype.is_float:
             # the first element whose bits differ (bools of other bytes than 0/1 read alike as values)
             size = g.dtype.itemsize
-            i = next(j for j in range(g.n) if g.raw[j * size : (j + 1) * size] != w.raw[j * size : (j + 1) * size])
-            ga, wa = (x.tobytes()[i * size : (i + 1) * size] for x in (g, w))  # bytes (typeshed: raw[a:b] is a list)
+            i = next(j for j in range(g.n) if gb[j * size : (j + 1) * size] != wb[j * size : (j + 1) * size])
+            ga, wa = gb[i * size : (i + 1) * size], wb[i * size : (i + 1) * size]
             bits = f" (bytes {ga.hex()} against {wa.hex()})" if gv[i] == wv[i] else ""
             return f"output {k}: element {i} is {gv[i]}, the CPU twin gives {wv[i]}{bits}"
         scale = max([1.0] + [abs(v) for v in wv])

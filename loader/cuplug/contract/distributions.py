@@ -95,23 +95,33 @@ class Distribution:
             self._entry_points[group] = found
         return found
 
+    def _requires_dist(self) -> list[tuple[str, str]]:
+        """METADATA's Requires-Dist headers: (the requirement, its marker after ";")."""
+        text = self._text("METADATA") or ""
+        head = text.split("\n\n", 1)[0]  # the headers; the description follows the first blank line
+        found = []
+        for line in head.splitlines():
+            if line.lower().startswith("requires-dist:"):
+                req, _, marker = line.split(":", 1)[1].partition(";")
+                found.append((req.strip(), marker))
+        return found
+
     def extras(self) -> dict[str, str]:
         """The distributions this one requires only under an extra (its optional backends):
         normalized name -> the extra's name, e.g. {'cuplug_cuda13': 'cuda13'}."""
         found: dict[str, str] = {}
-        text = self._text("METADATA") or ""
-        head = text.split("\n\n", 1)[0]  # the headers; the description follows the first blank line
-        for line in head.splitlines():
-            if not line.lower().startswith("requires-dist:"):
-                continue
-            req, _, marker = line.split(":", 1)[1].partition(";")
-            name = req.strip()
-            for stop in " <>=!~[(@":
-                name = name.split(stop, 1)[0]
-            extra = _extra_of(marker)
+        for req, marker in self._requires_dist():
+            name, extra = _requirement_name(req), _extra_of(marker)
             if name and extra:
                 found[normalize(name)] = extra
         return found
+
+    def requirement(self, project: str) -> str | None:
+        """What this distribution requires of ``project`` outside any extra ("pyelftools>=0.31"); None: nothing."""
+        for req, marker in self._requires_dist():
+            if _extra_of(marker) is None and normalize(_requirement_name(req)) == normalize(project):
+                return req
+        return None
 
     def record(self) -> dict[str, tuple[str, str]]:
         """RECORD: relative path -> (its hash field, its size field), as written."""
@@ -131,6 +141,13 @@ class Distribution:
             return None
         digest, size = entry
         return _record_sha256(digest), int(size) if size.isdigit() and len(size) < 16 else None
+
+
+def _requirement_name(req: str) -> str:
+    """The project a requirement names: "pyelftools" of "pyelftools>=0.31"."""
+    for stop in " <>=!~[(@":
+        req = req.split(stop, 1)[0]
+    return req
 
 
 def _extra_of(marker: str) -> str | None:

@@ -163,13 +163,11 @@ def container(cubin: bytes, arch: int) -> bytes:
 
 
 def _declared(project: str) -> str:
-    """cuplug's requirement on ``project`` as its installed metadata declares it (``project`` where none says)."""
-    try:
-        from importlib.metadata import requires
+    """cuplug's requirement on ``project`` as its own dist-info declares it (``project`` where none says)."""
+    from .distributions import own_distribution
 
-        return next((r for r in requires("cuplug") or [] if r.startswith(project)), project)
-    except Exception:  # not installed as a distribution (a source tree on sys.path)
-        return project
+    own = own_distribution()
+    return (own.requirement(project) if own is not None else None) or project
 
 
 def elf_section(data: bytes, name: str) -> bytes | None:

@@ -6,8 +6,9 @@ idle device (this parent never touches CUDA).
 Modes: CUPLUG_SELFTEST=0 (no self-test), =always (the samples run on every load), =1 (the default: run once, then
 remembered per device UUID, driver, artifact sha256 and cuplug version; its rounds after the first are the cached
 case). Each process reports load()'s wall time and the self-test's own time from the trace; those of
-CUPLUG_SELFTEST=0 then call each op's sample twice (its first call against its second: where the time goes). The JSON gives, per
-mode, the median and the spread (min-max) of both, and the difference of the medians against CUPLUG_SELFTEST=0.
+CUPLUG_SELFTEST=0 then call each op's sample twice (its first call against its second: where the time goes). The
+JSON gives, per mode, the median and the spread (IQR, min-max) of both, and the difference of the medians against
+CUPLUG_SELFTEST=0.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+from suite import stats  # bench/suite: the one summary shape (median, IQR, min-max) of every measurement
 
 CHILD = r"""
 import json, os, time
@@ -58,12 +61,7 @@ def main() -> int:
                 runs[mode].append(json.loads(out.stdout.strip().splitlines()[-1]))
 
     def summary(rows: list[dict], key: str) -> dict:
-        values = [r[key] for r in rows]
-        return {
-            "median": round(statistics.median(values), 3),
-            "min": round(min(values), 3),
-            "max": round(max(values), 3),
-        }
+        return stats.summary((r[key] for r in rows), "ms")
 
     base = statistics.median(r["load_ms"] for r in runs["0"])
     doc = {

@@ -76,9 +76,10 @@ def remember(k: str | None) -> None:
 
 def compare(candidate: Any, twin: Any, times: dict[str, list[float]] | None = None) -> tuple[str | None, list[str]]:
     """Every op of ``candidate`` on its sample against ``twin``'s result: (the first disagreement or None, the ops
-    not compared); ``times`` gets each op's [twin ms, candidate ms] (where the self-test's time goes). The twin runs first: a sample the twin cannot run says nothing about the candidate (a fault
-    of the sampler or of the twin), so that op is left out and named, never held against the candidate; one the
-    twin runs and the candidate cannot is the candidate's failure."""
+    not compared); ``times`` gets each op's [twin ms, candidate ms] (where the self-test's time goes). The twin
+    runs first: a sample the twin cannot run says nothing about the candidate (a fault of the sampler or of the
+    twin), so that op is left out and named, never held against the candidate; one the twin runs and the
+    candidate cannot is the candidate's failure."""
     from . import samples
 
     inconclusive: list[str] = []

@@ -273,9 +273,9 @@ class Trace:
         differ = f" (installed artifacts also: {', '.join(f'v{v}' for v in others)})" if others else ""
         row("backend ABI", f"v{ABI_VERSION}{differ}")
         # what the installed device code serves, in the words of the contract's rules (contract/targets.py)
-        sass = sorted({t for a in artifacts for t in a.sass}, key=lambda t: parse_target(t))
-        ptx = sorted({t for a in artifacts for t in a.ptx}, key=lambda t: parse_target(t))[:1]  # the lowest serves most
-        lto = sorted({t for a in artifacts for t in a.lto}, key=lambda t: parse_target(t))[:1]
+        sass = sorted({t for a in artifacts for t in a.sass}, key=parse_target)
+        ptx = sorted({t for a in artifacts for t in a.ptx}, key=parse_target)[:1]  # the lowest serves most
+        lto = sorted({t for a in artifacts for t in a.lto}, key=parse_target)[:1]
         row("supported capability", targets.describe([*sass, *ptx, *lto]) or "-")
         for pkg in self.packages:
             row(f"package {pkg.cuda}", pkg.directory + (f" ({pkg.error})" if pkg.error else ""))

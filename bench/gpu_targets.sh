@@ -22,4 +22,4 @@ PYTHONPATH="$SITE" python3 -m cuplug doctor > "$OUT/targets-doctor.txt" 2>&1
 PYTHONPATH="$SITE" timeout 120 python3 "$ROOT/bench/selftest_cost.py" 9 > "$OUT/selftest-cost-hopper.json"
 PYTHONPATH=/tmp/site timeout 120 python3 "$ROOT/bench/selftest_cost.py" 9 > "$OUT/selftest-cost-default.json"
 for f in "$OUT"/selftest-cost-*.json; do echo "== $f"; python3 -c "
-import json,sys; d=json.load(open(sys.argv[1])); print(d.get('variant'), {m: (v['load_ms']['median'], v['selftest_ms']['median'], v['load_ms_minus_selftest_0']) for m, v in d.get('modes', {}).items()}, d.get('ops_first_second_ms'), d.get('always_ops_ms'), d.get('error', '')[:500])" "$f"; done
+import json,sys; d=json.load(open(sys.argv[1])); print(d.get('variant'), {m: (v['load_ms']['median'], v['selftest_ms']['median'], v['load_ms_minus_selftest_0'], v['load_and_first_use_ms_minus_selftest_0']) for m, v in d.get('modes', {}).items()}, d.get('ops_first_second_ms'), d.get('always_ops_ms'), d.get('error', '')[:500])" "$f"; done

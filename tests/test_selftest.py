@@ -95,6 +95,8 @@ def test_a_right_artifact_passes_and_its_pass_is_remembered(right_site, fake_dri
     assert first["selftests"][0]["outcome"] == "passed" and first["selftests"][0]["ms"] > 0
     ops = first["selftests"][0]["ops_ms"]  # where the time went: each op's [twin ms, candidate ms]
     assert sorted(ops) == ["add", "scale_add", "sum"] and all(len(t) == 2 and min(t) > 0 for t in ops.values())
+    twin_ms = first["selftests"][0]["twin_ms"]  # loading the twin is part of the test's time, and named
+    assert twin_ms > 0 and first["selftests"][0]["ms"] >= twin_ms + sum(map(sum, ops.values())) - 0.01
     assert len(list((cache / "selftest").iterdir())) == 1
     again = run_json(LOAD, env)
     assert again["selftests"][0]["outcome"] == "passed (remembered)"

@@ -26,13 +26,15 @@ VERSION = __version__  # cuplug's, a part of the key (the samples or the compari
 
 class Result:
     """What the self-test did for one candidate: ``outcome`` "passed", "passed (remembered)", "mismatch",
-    "skipped"; ``why`` (the mismatch, or why it was skipped); ``ms`` (its time: the samples', or the look-up of a
-    remembered pass; 0 when skipped); ``ops_ms`` (op -> [the twin's sample ms, the candidate's], where they ran)."""
+    "skipped"; ``why`` (the mismatch, or why it was skipped); ``ms`` (its whole time: loading the CPU twin, when
+    this test loaded it, and the samples; or the look-up of a remembered pass; 0 when skipped); ``twin_ms`` (of
+    that, loading the twin); ``ops_ms`` (op -> [the twin's sample ms, the candidate's], where they ran)."""
 
-    __slots__ = ("label", "ms", "ops_ms", "outcome", "why")
+    __slots__ = ("label", "ms", "ops_ms", "outcome", "twin_ms", "why")
 
     def __init__(self, label: str, outcome: str, why: str = "", ms: float = 0.0) -> None:
         self.label, self.outcome, self.why, self.ms = label, outcome, why, ms
+        self.twin_ms = 0.0
         self.ops_ms: dict[str, list[float]] = {}
 
     def text(self) -> str:
@@ -41,8 +43,10 @@ class Result:
 
     def as_json(self) -> dict[str, Any]:
         ops = {op: [round(t, 3) for t in ts] for op, ts in self.ops_ms.items()}
-        return {"candidate": self.label, "outcome": self.outcome, "why": self.why or None, "ms": round(self.ms, 3)} | (
-            {"ops_ms": ops} if ops else {}
+        return (
+            {"candidate": self.label, "outcome": self.outcome, "why": self.why or None, "ms": round(self.ms, 3)}
+            | ({"twin_ms": round(self.twin_ms, 3)} if self.twin_ms else {})
+            | ({"ops_ms": ops} if ops else {})
         )
 
 
@@ -113,10 +117,10 @@ def run(candidate: Any, twin_of: Any, label: str, k: str | None, mode: str) -> R
     t0 = time.perf_counter()
     if mode != "always" and remembered(k):  # its cost is the look-up: timed too
         return Result(label, "passed (remembered)", "", (time.perf_counter() - t0) * 1e3)
-    twin = twin_of()
+    twin = twin_of()  # loaded once per load(), by the first candidate tested: its time is part of this test's
+    twin_ms = (time.perf_counter() - t0) * 1e3
     if twin is None:
         return Result(label, "skipped", "no CPU twin to compare with")
-    t0 = time.perf_counter()
     times: dict[str, list[float]] = {}
     why, inconclusive = compare(candidate, twin, times)
     ms = (time.perf_counter() - t0) * 1e3
@@ -127,5 +131,5 @@ def run(candidate: Any, twin_of: Any, label: str, k: str | None, mode: str) -> R
     else:
         remember(k)
         result = Result(label, "passed", "", ms)
-    result.ops_ms = times
+    result.ops_ms, result.twin_ms = times, twin_ms
     return result

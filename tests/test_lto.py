@@ -139,6 +139,37 @@ def test_when_only_an_lto_variant_could_serve_the_decision_names_nvjitlink():
     assert select.decide("vector", from_env({}), probe, found, {13: (13, 0)}).chosen.variant == "lto"
 
 
+def test_without_pyelftools_the_decision_skips_the_lto_candidate_naming_it(monkeypatch):
+    """A --no-deps install has nvJitLink but not pyelftools: the decision (doctor, explain) says the LTO candidate
+    cannot be linked here and why, where it used to accept it and let the load fail."""
+    import sys
+
+    from cuplug.contract import fatbin
+    from cuplug.runtime import loading
+    from test_select import _found, _probe
+
+    assert fatbin.reader_missing() is None  # the test environment has it
+    for name in [m for m in sys.modules if m == "elftools" or m.startswith("elftools.")] + ["elftools"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    missing = fatbin.reader_missing()
+    assert missing is not None and "needs pyelftools" in missing and "pip install 'pyelftools>=0.31'" in missing
+    skipped = select.judge(_lto(), (9, 0), 13000, {13: missing})
+    assert skipped.code == reasons.NVJITLINK_UNAVAILABLE and missing in skipped.reason and skipped.link_for is None
+
+    class Linker:
+        version = (13, 0)
+
+    monkeypatch.setattr(loading, "_safe_discover", lambda backend: _found(_lto()))
+    monkeypatch.setattr(loading, "_safe_jitlinks", lambda found: {13: Linker()})
+    trace = loading._decide("vector", loading.policy.from_env({}), {}, lambda: _probe(driver=13000))
+    assert trace.decision_code == reasons.NVJITLINK_UNAVAILABLE and "needs pyelftools" in trace.decision_reason
+    monkeypatch.undo()  # pyelftools back: the same facts link it
+    monkeypatch.setattr(loading, "_safe_discover", lambda backend: _found(_lto()))
+    monkeypatch.setattr(loading, "_safe_jitlinks", lambda found: {13: Linker()})
+    trace = loading._decide("vector", loading.policy.from_env({}), {}, lambda: _probe(driver=13000))
+    assert trace.decision.variant == "lto" and trace.decision.link_for == 90
+
+
 # ---- finding nvJitLink the way cuda-pathfinder does, without loading it --------------------------------------
 
 

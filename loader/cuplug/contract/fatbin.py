@@ -170,6 +170,19 @@ def _declared(project: str) -> str:
     return (own.requirement(project) if own is not None else None) or project
 
 
+def reader_missing() -> str | None:
+    """Why ELF sections cannot be read here (pyelftools, cuplug's dependency, not installed: a --no-deps install),
+    naming the fix; None when they can. A look on sys.path: nothing is imported."""
+    from importlib.util import find_spec
+
+    try:
+        if find_spec("elftools") is not None:
+            return None
+    except (ImportError, ValueError):  # a broken or None entry in sys.modules: it cannot be imported either
+        pass
+    return f"reading the LTO-IR out of the library needs pyelftools, not installed here: pip install '{_declared('pyelftools')}'"
+
+
 def elf_section(data: bytes, name: str) -> bytes | None:
     """The bytes of section ``name`` of an ELF image (None: no such section); FatbinError for an unreadable one."""
     import io

@@ -153,7 +153,13 @@ def _decide(
     found = _safe_discover(backend)
     facts = None if pol.disable_cuda or pol.forced == "cpu" else probe()
     linkers = _safe_jitlinks(found) if facts is not None else {}
-    decision = select.decide(backend, pol, facts, found, {major: lib.version for major, lib in linkers.items()})
+    judged: dict[int, Any] = {major: lib.version for major, lib in linkers.items()}
+    if judged:  # an nvJitLink: is there what reads the LTO-IR out of the library too?
+        from ..contract import fatbin
+
+        if missing := fatbin.reader_missing():
+            judged = dict.fromkeys(judged, missing)
+    decision = select.decide(backend, pol, facts, found, judged)
     return Trace(backend, pol, facts, found, decision, policy.relevant_env(env), linkers)
 
 

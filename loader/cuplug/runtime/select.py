@@ -135,10 +135,11 @@ def _why_no_sass(artifact: Artifact, cc: tuple[int, int]) -> str:
 
 
 def judge(
-    artifact: Artifact, cc: tuple[int, int], driver: int, jitlink: Mapping[int, tuple[int, int]] | None = None
+    artifact: Artifact, cc: tuple[int, int], driver: int, jitlink: Mapping[int, tuple[int, int] | str] | None = None
 ) -> Candidate:
     """Accepts or rejects one artifact for a device of capability ``cc`` on a driver of version ``driver``;
-    ``jitlink`` maps a CUDA major to the version of the nvJitLink installed for it (none: absent)."""
+    ``jitlink`` maps a CUDA major to the version of the nvJitLink installed for it (none: absent), or to why no
+    LTO-IR can be linked here although it is (what reads the LTO-IR out of the library is missing)."""
 
     def reject(code: str, why: str) -> Candidate:
         return Candidate(artifact.variant, artifact.cuda, False, code, why, TIER_REJECTED, artifact)
@@ -161,8 +162,8 @@ def judge(
     lto = [t for t in map(targets.parse, artifact.lto) if targets.runs_on(t, cc)]
     if lto:
         found = (jitlink or {}).get(artifact.cuda_major)
-        no_lto = targets.jitlink_problem(artifact.cuda_version, found, cc)
-        if no_lto is None and found is not None:  # (None found is a problem: jitlink_problem says it)
+        no_lto = found if isinstance(found, str) else targets.jitlink_problem(artifact.cuda_version, found, cc)
+        if no_lto is None and isinstance(found, tuple):  # (None found is a problem: jitlink_problem says it)
             return accept(
                 TIER_LTO,
                 f"LTO-IR {lto[0].text} linked for sm_{cc[0]}{cc[1]} at load by nvJitLink {found[0]}.{found[1]}; "
@@ -207,7 +208,7 @@ def rank(
     forced_cuda: str | None = None,
     device_problem: tuple[str, str] | None = None,
     unusable_packages: list[tuple[str, str]] | tuple[tuple[str, str], ...] = (),
-    jitlink: Mapping[int, tuple[int, int]] | None = None,
+    jitlink: Mapping[int, tuple[int, int] | str] | None = None,
 ) -> list[Candidate]:
     """Every artifact judged and ordered, the CPU backend last.
 
@@ -290,7 +291,7 @@ def decide(
     policy: Policy,
     probe: ProbeResult | None,
     found: Discovery,
-    jitlink: Mapping[int, tuple[int, int]] | None = None,
+    jitlink: Mapping[int, tuple[int, int] | str] | None = None,
 ) -> Decision:
     """The decision for ``backend`` from the facts; ``probe`` is None when the driver was not asked
     (CUDA disabled, or CUPLUG_BACKEND=cpu); ``jitlink`` the nvJitLink versions found (LTO variants).

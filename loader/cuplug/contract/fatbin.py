@@ -34,11 +34,13 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from typing import Any
 
 from .record import Record
 
 MAGIC = 0xBA55ED50
 KIND_PTX, KIND_ELF, KIND_LTO = 1, 2, 8
+FATBIN_SECTION = ".nv_fatbin"  # the device code a library registers at load
 RELOCATABLE_SECTION = "__nv_relfatbin"  # the device code of separate compilation (an LTO variant's LTO-IR)
 _ELF_ENTRY_FLAGS = 0x11  # 64-bit, Linux host: what nvcc writes for an uncompressed cubin
 FLAG_ARCH_SPECIFIC, FLAG_FAMILY = 0x100000, 0x200000  # measured: CUDA 12.4 (sm_90a) and 13.0 (sm_90a, sm_100a/f)
@@ -185,6 +187,12 @@ def reader_missing() -> str | None:
 
 def elf_section(data: bytes, name: str) -> bytes | None:
     """The bytes of section ``name`` of an ELF image (None: no such section); FatbinError for an unreadable one."""
+    return elf_sections(data, (name,))[name]
+
+
+def elf_sections(data: bytes, names: tuple[str, ...]) -> dict[str, bytes | None]:
+    """The bytes of each section of ``names`` (None: no such section), the ELF parsed once; FatbinError for an
+    unreadable one, MissingDependency without pyelftools."""
     import io
 
     try:
@@ -196,19 +204,24 @@ def elf_section(data: bytes, name: str) -> bytes | None:
             f"pip install '{_declared('pyelftools')}'"
         ) from exc
     try:
-        section = ELFFile(io.BytesIO(data)).get_section_by_name(name)
-        if section is None:
-            return None
-        size, offset = int(section["sh_size"]), int(section["sh_offset"])  # unsigned in ELF64
-        if section["sh_type"] == "SHT_NOBITS":  # no bytes in the file (pyelftools would make sh_size zeros)
-            return b""
-        if offset + size > len(data):
-            raise FatbinError(f"{name} claims {size} bytes at offset {offset}, past the end of the file")
-        return section.data()
+        elf = ELFFile(io.BytesIO(data))
+        return {name: _section_bytes(elf.get_section_by_name(name), name, len(data)) for name in names}
     except FatbinError:
         raise
     except (ELFError, Exception) as exc:  # hostile input: every parser failure is "unreadable"
         raise FatbinError(f"not a readable ELF file: {type(exc).__name__}: {exc}") from exc
+
+
+def _section_bytes(section: Any, name: str, file_size: int) -> bytes | None:
+    if section is None:
+        return None
+    size, offset = int(section["sh_size"]), int(section["sh_offset"])  # unsigned in ELF64
+    if section["sh_type"] == "SHT_NOBITS":  # no bytes in the file (pyelftools would make sh_size zeros)
+        return b""
+    if offset + size > file_size:
+        raise FatbinError(f"{name} claims {size} bytes at offset {offset}, past the end of the file")
+    data: bytes = section.data()
+    return data
 
 
 def read_elf(data_or_path: bytes | str) -> DeviceCode | None:
@@ -222,7 +235,7 @@ def read_elf(data_or_path: bytes | str) -> DeviceCode | None:
         data = data_or_path if isinstance(data_or_path, bytes) else open(data_or_path, "rb").read()
     except OSError as exc:
         raise FatbinError(f"cannot read the file: {exc.strerror or exc}") from exc
-    payload = elf_section(data, ".nv_fatbin")
+    payload = elf_section(data, FATBIN_SECTION)
     if payload is None:
         return None
     return device_code(payload)

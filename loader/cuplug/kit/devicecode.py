@@ -74,7 +74,7 @@ def _section(so: Path, name: str) -> bytes | None:
 
 def _with_reader_sizes(so: Path, images: list[Image]) -> list[Image]:
     """cuplug's own fatbin reader (what `cuplug inspect` uses) must see the same images, in order."""
-    section = _section(so, ".nv_fatbin")
+    section = _section(so, fatbin.FATBIN_SECTION)
     if section is None:
         if images:
             raise BuildError(f"{so}: cuobjdump lists device code but the file has no .nv_fatbin section")

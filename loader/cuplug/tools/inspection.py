@@ -49,8 +49,10 @@ class Finding:
 
 
 def _facts(data: bytes) -> dict[str, Any]:
-    code = fatbin.read_elf(data)
-    relocatable = fatbin.elf_section(data, fatbin.RELOCATABLE_SECTION)  # an LTO variant's LTO-IR (docs/lto.md)
+    # the device code, and an LTO variant's LTO-IR (docs/lto.md): one parse of the ELF
+    sections = fatbin.elf_sections(data, (fatbin.FATBIN_SECTION, fatbin.RELOCATABLE_SECTION))
+    payload, relocatable = sections[fatbin.FATBIN_SECTION], sections[fatbin.RELOCATABLE_SECTION]
+    code = fatbin.device_code(payload) if payload is not None else None
     lto = list(fatbin.lto_targets(relocatable)) if relocatable else []
     if code is None:
         return {"sass": [], "ptx": [], "ptx_isa": None, "lto": lto}

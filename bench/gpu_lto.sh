@@ -15,6 +15,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 rm -rf /tmp/site /tmp/nvjl
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$ROOT"/dist/*.whl "$ROOT"/build/deps/*.whl \
   || exit 1
+# compiled as pip compiles an install: the device runs with PYTHONDONTWRITEBYTECODE=1, and an uncompiled site
+# made every fresh process compile cuplug's lazily imported modules (the self-test's among them) from source
+python3 -m compileall -q /tmp/site > /dev/null
 mkdir -p /tmp/nvjl
 for f in "$ROOT"/build/nvjitlink/*.whl; do
   [ -e "$f" ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/nvjl "$f"

@@ -119,14 +119,17 @@ def test_per_call_checks_of_cupy_arrays_after_the_call_was_learned(b):
 
 
 @pytest.mark.parametrize("shape", [(0,), (3, 0)])  # (3, 0): CuPy's strides skip the empty extent
-def test_an_empty_cupy_array_gives_an_empty_result_whichever_path_serves_it(b, shape):
-    """Right on either path. On the H100 of bench/results/h100-2026-12-05-gpu-lto-1 the second call of an empty
-    float16 add was not repeated in C (the whole path served it, rightly); why is not found yet: xfail, not a pass,
-    while it is so."""
+def test_an_empty_cupy_array_is_repeated_in_c_with_an_empty_result(b, shape):
+    """The H100 of bench/results/h100-2026-12-05-gpu-lto-1 (before 2c3caab: CuPy's strides of an array with an
+    empty extent were refused) served the second call of an empty float16 add by the whole path; the H200 of
+    bench/results/h200-2026-12-06-session-1 repeated it in C (bench/diag_cupy_empty.py), allocating and out=."""
     a = cp.ones(shape, dtype=cp.float16)
     b.run("add", a, a)
     n = _fast(b)
     r = b.run("add", a, a)
     assert isinstance(r, cp.ndarray) and r.shape == shape and r.dtype == cp.float16
-    if _fast(b) != n + 1:
-        pytest.xfail("an empty CuPy array's learned call went to the whole path")
+    assert _fast(b) == n + 1, "an empty CuPy array's learned call went to the whole path"
+    o = cp.empty(shape, dtype=cp.float16)
+    b.run("add", a, a, out=o)
+    n = _fast(b)
+    assert b.run("add", a, a, out=o) is o and _fast(b) == n + 1

@@ -11,7 +11,6 @@ No NumPy: host memory is cuplug's own, exported through DLPack.
 from __future__ import annotations
 
 import ctypes
-import functools
 
 from ..contract import dtypes
 from .hostbuf import HostBuffer
@@ -33,13 +32,19 @@ def _pattern(dt: dtypes.DType, n: int) -> list[float]:
     return [float((i % 13) - 6) for i in range(n)]
 
 
-@functools.lru_cache(maxsize=64)
+_PATTERN_BYTES: dict[tuple[dtypes.DType, int], bytes] = {}  # a dict, not functools.lru_cache: importing
+# functools (with collections, operator, itertools) cost load()'s self-test 2 ms where nothing else had
+
+
 def _pattern_bytes(dt: dtypes.DType, n: int) -> bytes:
     """The pattern's bytes, made once per dtype and size: load()'s self-test fills two buffers per input and op,
     and packing 1024 Python floats each time was most of a sample's host time."""
-    buf = HostBuffer(dt, (n,))
-    buf.fill(_pattern(dt, n))
-    return buf.tobytes()
+    made = _PATTERN_BYTES.get((dt, n))
+    if made is None:
+        buf = HostBuffer(dt, (n,))
+        buf.fill(_pattern(dt, n))
+        made = _PATTERN_BYTES[(dt, n)] = buf.tobytes()
+    return made
 
 
 def sample_inputs(sig: OpSignature) -> tuple[list[HostBuffer], dict[str, Any]]:

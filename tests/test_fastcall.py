@@ -148,6 +148,18 @@ def test_allocated_results_are_the_callers_kind(b):
     assert type(i2) is int and i2 == 10
 
 
+def test_an_output_made_in_c_is_a_plain_tensor_whatever_its_input_is(b):
+    """The dispatcher reads the outputs it has just made without asking their layout, negative bit or grad
+    (torch.empty_like gives a strided tensor without either): an input that requires grad gives an output that
+    does not, as on the whole path."""
+    x = torch.ones(3, requires_grad=True)
+    first, second = learned(b, "add", x, x)
+    for r in (first, second):
+        assert type(r) is torch.Tensor and not r.requires_grad and r.layout == torch.strided and not r.is_neg()
+        assert r.tolist() == [2.0, 2.0, 2.0]
+    assert second.data_ptr() != x.data_ptr()
+
+
 def test_attributes_are_converted_as_value_of_converts_them(b):
     x = np.arange(6, dtype=np.float32)
     learned(b, "scale_add", x, alpha=2.0, beta=1.0)

@@ -233,6 +233,10 @@ static int dl_contiguous(const cuplug_tensor* t) {
     return 1;
 }
 
+/* `writable` of an output the dispatcher has just made with torch.empty / torch.empty_like (the makers the whole
+ * path used): strided, no negative bit, no grad by construction, so the three accessors that say so are not asked. */
+#define MADE_HERE 2
+
 /* read_torch through DLPack's exchange table: the DLTensor gives pointer, device, dtype, shape and strides in one
  * C call (a sparse or nested tensor has no strides or sizes: it fails, and the whole path words why); the
  * accessors add the layout, the negative bit and (for an output) requires-grad. */
@@ -257,7 +261,7 @@ static int read_torch_exchange(PyObject* x, int writable, operand* o) {
     }
     if (!byte_size(o)) goto fail;
     o->addr = (uint64_t)(uintptr_t)t.data;
-    if (!span_ok(o) || !torch_flags_ok(x, writable)) goto fail;
+    if (!span_ok(o) || (writable != MADE_HERE && !torch_flags_ok(x, writable))) goto fail;
     return 1;
 fail:
     PyErr_Clear();
@@ -770,7 +774,7 @@ static int make_outputs(Dispatcher* d, FastPlan* p, call_state* c, PyObject** ma
             return 0;
         }
         operand* o = &c->ops[c->n_in + j];
-        if (!read_operand(made[j], 1, backend, o) || !spec_agrees(o, &p->spec[c->n_in + j])) {
+        if (!read_operand(made[j], MADE_HERE, backend, o) || !spec_agrees(o, &p->spec[c->n_in + j])) {
             release_operands(o, 1);
             return 0;
         }

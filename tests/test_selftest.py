@@ -156,8 +156,21 @@ def test_a_sample_the_twin_cannot_run_is_left_out_not_held_against_the_candidate
         assert why is None and left_out == ["sum (the CPU twin's sample failed: ValueError: sum cannot run here)"]
         why, left_out = selftest.compare(Failing(cpu, "sum"), cpu)
         assert why == "sum: the sample failed here but not on the CPU twin: ValueError: sum cannot run here"
-        result = selftest.run(cpu, lambda: Failing(cpu, "sum"), "cuda13/fatbin", None, "1")
+        result = selftest.run(cpu, lambda: (Failing(cpu, "sum"), 0.0), "cuda13/fatbin", None, "1")
         assert result.outcome == "passed" and result.why.startswith("not compared: sum (")
+
+
+def test_the_twins_load_is_named_by_the_test_that_loaded_it_only():
+    """load() loads the CPU twin once, for the first CUDA candidate it tests; a later candidate's test (the first
+    failed) names no twin time."""
+    import cuplug
+    from cuplug.runtime import selftest
+
+    with cuplug.load(env={"CUPLUG_BACKEND": "cpu"}) as cpu:
+        first = selftest.run(cpu, lambda: (cpu, 1.5), "cuda13/sm90a", None, "always")
+        later = selftest.run(cpu, lambda: (cpu, 0.0), "cuda13/sm90", None, "always")
+    assert first.as_json()["twin_ms"] == 1.5 and "twin_ms" not in later.as_json()
+    assert first.outcome == later.outcome == "passed" and later.ms > 0
 
 
 @pytest.mark.parametrize(

@@ -234,7 +234,8 @@ static int dl_contiguous(const cuplug_tensor* t) {
 }
 
 /* `writable` of an output the dispatcher has just made with torch.empty / torch.empty_like (the makers the whole
- * path used): strided, no negative bit, no grad by construction, so the three accessors that say so are not asked. */
+ * path used): strided, no negative bit, no grad by construction, so read through DLPack's exchange table the three
+ * accessors that say so are not asked (read_torch, without the table, still asks them). */
 #define MADE_HERE 2
 
 /* read_torch through DLPack's exchange table: the DLTensor gives pointer, device, dtype, shape and strides in one

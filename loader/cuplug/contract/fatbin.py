@@ -33,10 +33,13 @@ one-entry container of a cubin nvJitLink linked at load, the way nvcc's own are 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
-from typing import Any
 
 from .record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # neither typing nor collections is imported at run time: jitlink imports this inside load()
+    from collections.abc import Iterator
+    from typing import Any
 
 MAGIC = 0xBA55ED50
 KIND_PTX, KIND_ELF, KIND_LTO = 1, 2, 8
@@ -174,14 +177,16 @@ def _declared(project: str) -> str:
 
 def reader_missing() -> str | None:
     """Why ELF sections cannot be read here (pyelftools, cuplug's dependency, not installed: a --no-deps install),
-    naming the fix; None when they can. A look on sys.path: nothing is imported."""
-    from importlib.util import find_spec
+    naming the fix; None when they can. A look in sys.modules, then on sys.path: pyelftools is not imported, nor is
+    importlib.util (which would import functools and contextlib into load())."""
+    import sys
+    from importlib.machinery import PathFinder
 
-    try:
-        if find_spec("elftools") is not None:
+    if "elftools" in sys.modules:
+        if sys.modules["elftools"] is not None:  # None: an import of it is refused
             return None
-    except (ImportError, ValueError):  # a broken or None entry in sys.modules: it cannot be imported either
-        pass
+    elif PathFinder.find_spec("elftools") is not None:
+        return None
     return f"reading the LTO-IR out of the library needs pyelftools, not installed here: pip install '{_declared('pyelftools')}'"
 
 

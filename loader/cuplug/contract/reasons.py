@@ -38,7 +38,8 @@ TABLE: tuple[tuple[str, int, str], ...] = (
     (
         NVJITLINK_UNAVAILABLE,
         14,
-        "only an LTO variant could serve, and no nvJitLink of its CUDA major (new enough) is installed",
+        "only an LTO variant could serve, and no nvJitLink of its CUDA major (new enough) is installed, or pyelftools, "
+        "which reads its LTO-IR, is not",
     ),
     (ARTIFACT_CORRUPT, 15, "a file or manifest does not match what was built (size, sha256, ELF, path)"),
     (ABI_MISMATCH, 16, "the artifact speaks another backend ABI version than this cuplug"),

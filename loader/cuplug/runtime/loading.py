@@ -160,7 +160,7 @@ def _decide(
         if missing := fatbin.reader_missing():
             judged = dict.fromkeys(judged, missing)
     decision = select.decide(backend, pol, facts, found, judged)
-    return Trace(backend, pol, facts, found, decision, policy.relevant_env(env), linkers)
+    return Trace(backend, pol, facts, found, decision, policy.relevant_env(env), linkers, judged)
 
 
 def _safe_jitlinks(found: Discovery) -> dict[int, Any]:
@@ -285,21 +285,24 @@ def _execute(trace: Trace) -> Backend:
 
 def _self_test(result: Backend, cand: Candidate, trace: Trace, twins: list[Any], linked: Any = None) -> str | None:
     """The candidate's numerical self-test (selftest.py) against the CPU twin; the mismatch, or None."""
+    import time
+
     from . import selftest, verify
 
     if cand.cuda is None:
         return None
 
-    def twin_of() -> Any:
-        if not twins:
-            twin = None
-            if trace.cpu is not None:
-                try:
-                    twin = _attempt("cpu", lambda: verify.verified(trace.cpu), "0", trace.decided.cpu, trace)
-                except ArtifactError as exc:
-                    _log("cuplug: the CPU twin did not load for the self-test: %s", exc)
-            twins.append(twin)
-        return twins[0]
+    def twin_of() -> tuple[Any, float]:
+        if twins:
+            return twins[0], 0.0
+        t0, twin = time.perf_counter(), None
+        if trace.cpu is not None:
+            try:
+                twin = _attempt("cpu", lambda: verify.verified(trace.cpu), "0", trace.decided.cpu, trace)
+            except ArtifactError as exc:
+                _log("cuplug: the CPU twin did not load for the self-test: %s", exc)
+        twins.append(twin)
+        return twin, (time.perf_counter() - t0) * 1e3
 
     uuid, driver = _device_facts(trace)
     k = selftest.key(

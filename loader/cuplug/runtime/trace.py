@@ -61,6 +61,7 @@ class Trace:
         "decided",
         "env",
         "found",
+        "jitlink",
         "linkers",
         "loaded",
         "policy",
@@ -78,6 +79,7 @@ class Trace:
         decided: Decision,
         env: dict[str, str],
         linkers: dict[int, Any] | None = None,
+        jitlink: dict[int, Any] | None = None,
     ) -> None:
         self.backend = backend
         self.policy = policy
@@ -86,6 +88,7 @@ class Trace:
         self.decided = decided
         self.env = env
         self.linkers = linkers or {}  # CUDA major -> the jitlink.Found the decision counted on (the one that links)
+        self.jitlink = jitlink or {}  # CUDA major -> what the decision was told of it (select.judge's `jitlink`)
         self.attempts: list[Attempt] = []
         self.selftests: list[Any] = []  # selftest.Result of each CUDA candidate that loaded
         self.served: Candidate | None = None  # the candidate that loaded
@@ -135,7 +138,8 @@ class Trace:
         if p is None:
             return []
         return [
-            (d, select.decide(self.backend, self.policy._replace(device=d.index), p, self.found)) for d in p.devices
+            (d, select.decide(self.backend, self.policy._replace(device=d.index), p, self.found, self.jitlink))
+            for d in p.devices
         ]
 
     # ---- the facts, as the reports name them -------------------------------------------------------

@@ -10,8 +10,11 @@ ROOT=$(pwd)
 FINAL=$OUT
 WORK=/tmp/gpu-session
 rm -rf "$WORK" && mkdir -p "$WORK/lto" "$WORK/dispatch"
+# whatever happens below (a part timing out, a failure), what was made comes back: the archive is made on exit,
+# and each part's limit keeps the whole under the device's 600 s
+trap 'cp "$WORK/dispatch/gpu_tests.log" "$FINAL/" 2>/dev/null; tar -czf "$FINAL/all.tar.gz" -C "$WORK" .' EXIT
 OUT="$WORK/lto" timeout 240 bash "$ROOT/bench/gpu_lto.sh" 2>&1 | tee "$FINAL/log.txt" | tail -45
+echo "gpu_lto.sh: exit ${PIPESTATUS[0]}" | tee -a "$FINAL/log.txt"
 OUT="$WORK/dispatch" RUNS=${RUNS:-1 2} WHOLE=0 PARTS=0 COSTS= TEST_TIMEOUT=${TEST_TIMEOUT:-180} \
-  bash "$ROOT/bench/gpu_dispatch.sh" 2>&1 | tee -a "$FINAL/log.txt" | tail -30
-cp "$WORK/dispatch/gpu_tests.log" "$FINAL/" 2>/dev/null
-tar -czf "$FINAL/all.tar.gz" -C "$WORK" .
+  timeout 300 bash "$ROOT/bench/gpu_dispatch.sh" 2>&1 | tee -a "$FINAL/log.txt" | tail -30
+echo "gpu_dispatch.sh: exit ${PIPESTATUS[0]}" | tee -a "$FINAL/log.txt"

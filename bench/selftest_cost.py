@@ -5,12 +5,13 @@ idle device (this parent never touches CUDA).
 
 Modes: CUPLUG_SELFTEST=0 (no self-test), =always (the samples run on every load), =1 (the default: run once, then
 remembered per device UUID, driver, artifact sha256 and cuplug version; its rounds after the first are the cached
-case). Each process reports load()'s wall time and the self-test's own time from the trace; those of
-then calls each op's sample twice (its first call against its second: where the time goes). The JSON gives, per mode,
-the median and the spread (IQR, min-max) of both, and the difference of the medians against CUPLUG_SELFTEST=0; and
-`load_and_first_use_ms`, load() plus the first call of every op: what a user's first step pays. The self-test pays
-the ops' first launches (lazy module loading) that a user would pay at the first call anyway, so this difference
-is what the self-test adds net.
+case). Each process reports load()'s wall time and the self-test's own time from the trace (loading the CPU twin
+included: `twin_ms`), then calls each op's sample twice (its first call against its second: where the time goes).
+The JSON gives, per mode, the median and the spread (IQR, min-max) of each, the difference of the medians against
+CUPLUG_SELFTEST=0, and `load_and_first_use_ms`: load() plus the first call of every op, what a user's first step
+pays. The self-test makes the ops' first launches (lazy module loading), which a user would otherwise make at the
+first calls, so that difference is what the self-test adds net. A process served by the CPU (no ops timed) is left
+out of the per-op medians.
 """
 
 from __future__ import annotations
@@ -47,6 +48,16 @@ print(json.dumps({"load_ms": ms, "variant": f"{b.cuda}/{b.variant}", "selftest_m
                   "load_and_first_use_ms": ms + sum(t[0] for t in ops.values())}))
 """
 MODES = ("0", "always", "1")
+
+
+def _op_medians(per_process: list[dict[str, list[float]]]) -> dict[str, list[float]]:
+    """op -> the median of each of its two figures ([first call, second call], or the self-test's [twin, candidate])
+    over the processes that timed it."""
+    ops = {op for timed in per_process for op in timed}
+    return {
+        op: [round(statistics.median(t[op][k] for t in per_process if op in t), 3) for k in (0, 1)]
+        for op in sorted(ops)
+    }
 
 
 def main() -> int:
@@ -88,20 +99,9 @@ def main() -> int:
         },
         "first_default_round": runs["1"][0]["selftests"],
         # CUPLUG_SELFTEST=always's processes: each op's sample inside the self-test, the medians (twin, candidate)
-        "always_ops_ms": {
-            op: [
-                round(statistics.median(r["selftests"][0]["ops_ms"][op][k] for r in runs["always"]), 3) for k in (0, 1)
-            ]
-            for op in (runs["always"][0]["selftests"] or [{}])[0].get("ops_ms", {})
-        },
+        "always_ops_ms": _op_medians([(r["selftests"] or [{}])[0].get("ops_ms", {}) for r in runs["always"]]),
         # each mode's processes, after load(): each op's sample called twice, the medians (first, second)
-        "ops_first_second_ms": {
-            m: {
-                op: [round(statistics.median(r["ops_first_second_ms"][op][k] for r in rows), 3) for k in (0, 1)]
-                for op in rows[0]["ops_first_second_ms"]
-            }
-            for m, rows in runs.items()
-        },
+        "ops_first_second_ms": {m: _op_medians([r["ops_first_second_ms"] for r in rows]) for m, rows in runs.items()},
     }
     print(json.dumps(doc, indent=1))
     return 0

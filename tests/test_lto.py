@@ -163,11 +163,14 @@ def test_without_pyelftools_the_decision_skips_the_lto_candidate_naming_it(monke
     monkeypatch.setattr(loading, "_safe_jitlinks", lambda found: {13: Linker()})
     trace = loading._decide("vector", loading.policy.from_env({}), {}, lambda: _probe(driver=13000))
     assert trace.decision_code == reasons.NVJITLINK_UNAVAILABLE and "needs pyelftools" in trace.decision_reason
+    assert all(d.code == reasons.NVJITLINK_UNAVAILABLE for _, d in trace.per_device())
     monkeypatch.undo()  # pyelftools back: the same facts link it
     monkeypatch.setattr(loading, "_safe_discover", lambda backend: _found(_lto()))
     monkeypatch.setattr(loading, "_safe_jitlinks", lambda found: {13: Linker()})
-    trace = loading._decide("vector", loading.policy.from_env({}), {}, lambda: _probe(driver=13000))
+    trace = loading._decide("vector", loading.policy.from_env({}), {}, lambda: _probe(driver=13000, devices=2))
     assert trace.decision.variant == "lto" and trace.decision.link_for == 90
+    # doctor's per-device rows are judged with the same nvJitLink facts (they said "none found" before)
+    assert [(dev.index, d.chosen.variant) for dev, d in trace.per_device()] == [(0, "lto"), (1, "lto")]
 
 
 # ---- finding nvJitLink the way cuda-pathfinder does, without loading it --------------------------------------

@@ -78,8 +78,9 @@ def main() -> int:
     def summary(rows: list[dict], key: str) -> dict:
         return stats.summary((r[key] for r in rows), "ms")
 
-    base = statistics.median(r["load_ms"] for r in runs["0"])
-    base_first_use = statistics.median(r["load_and_first_use_ms"] for r in runs["0"])
+    def minus_0(rows: list[dict], key: str) -> float:  # the median's difference against CUPLUG_SELFTEST=0's
+        return round(statistics.median(r[key] for r in rows) - statistics.median(r[key] for r in runs["0"]), 3)
+
     doc = {
         "command": f"python bench/selftest_cost.py {rounds}",
         "rounds": rounds,
@@ -89,11 +90,9 @@ def main() -> int:
                 "load_ms": summary(rows, "load_ms"),
                 "selftest_ms": summary(rows, "selftest_ms"),  # its whole time, loading the CPU twin included
                 "twin_ms": summary(rows, "twin_ms"),
-                "load_ms_minus_selftest_0": round(statistics.median(r["load_ms"] for r in rows) - base, 3),
+                "load_ms_minus_selftest_0": minus_0(rows, "load_ms"),
                 "load_and_first_use_ms": summary(rows, "load_and_first_use_ms"),
-                "load_and_first_use_ms_minus_selftest_0": round(
-                    statistics.median(r["load_and_first_use_ms"] for r in rows) - base_first_use, 3
-                ),
+                "load_and_first_use_ms_minus_selftest_0": minus_0(rows, "load_and_first_use_ms"),
             }
             for m, rows in runs.items()
         },

@@ -148,26 +148,27 @@ def test_without_pyelftools_the_decision_skips_the_lto_candidate_naming_it(monke
     from cuplug.runtime import loading
     from test_select import _found, _probe
 
-    assert fatbin.reader_missing() is None  # the test environment has it
-    for name in [m for m in sys.modules if m == "elftools" or m.startswith("elftools.")] + ["elftools"]:
-        monkeypatch.setitem(sys.modules, name, None)
-    missing = fatbin.reader_missing()
-    assert missing is not None and "needs pyelftools" in missing and "pip install 'pyelftools>=0.31'" in missing
-    skipped = select.judge(_lto(), (9, 0), 13000, {13: missing})
-    assert skipped.code == reasons.NVJITLINK_UNAVAILABLE and missing in skipped.reason and skipped.link_for is None
-
     class Linker:
         version = (13, 0)
 
     monkeypatch.setattr(loading, "_safe_discover", lambda backend: _found(_lto()))
     monkeypatch.setattr(loading, "_safe_jitlinks", lambda found: {13: Linker()})
-    trace = loading._decide("vector", loading.policy.from_env({}), {}, lambda: _probe(driver=13000))
-    assert trace.decision_code == reasons.NVJITLINK_UNAVAILABLE and "needs pyelftools" in trace.decision_reason
-    assert all(d.code == reasons.NVJITLINK_UNAVAILABLE for _, d in trace.per_device())
-    monkeypatch.undo()  # pyelftools back: the same facts link it
-    monkeypatch.setattr(loading, "_safe_discover", lambda backend: _found(_lto()))
-    monkeypatch.setattr(loading, "_safe_jitlinks", lambda found: {13: Linker()})
-    trace = loading._decide("vector", loading.policy.from_env({}), {}, lambda: _probe(driver=13000, devices=2))
+
+    def decide(devices: int):
+        return loading._decide("vector", loading.policy.from_env({}), {}, lambda: _probe(driver=13000, devices=devices))
+
+    assert fatbin.reader_missing() is None  # the test environment has it
+    with monkeypatch.context() as without:
+        for name in [m for m in sys.modules if m == "elftools" or m.startswith("elftools.")] + ["elftools"]:
+            without.setitem(sys.modules, name, None)
+        missing = fatbin.reader_missing()
+        assert missing is not None and "needs pyelftools" in missing and "pip install 'pyelftools>=0.31'" in missing
+        skipped = select.judge(_lto(), (9, 0), 13000, {13: missing})
+        assert skipped.code == reasons.NVJITLINK_UNAVAILABLE and missing in skipped.reason and skipped.link_for is None
+        trace = decide(1)
+        assert trace.decision_code == reasons.NVJITLINK_UNAVAILABLE and "needs pyelftools" in trace.decision_reason
+        assert all(d.code == reasons.NVJITLINK_UNAVAILABLE for _, d in trace.per_device())
+    trace = decide(2)  # pyelftools back: the same facts link it
     assert trace.decision.variant == "lto" and trace.decision.link_for == 90
     # doctor's per-device rows are judged with the same nvJitLink facts (they said "none found" before)
     assert [(dev.index, d.chosen.variant) for dev, d in trace.per_device()] == [(0, "lto"), (1, "lto")]

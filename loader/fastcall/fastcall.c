@@ -667,8 +667,8 @@ static int framework_launch(Dispatcher* d, call_state* c) {
     if (c->launch != NO_STREAM || !d->cuda) return !cupy;
     for (int i = 0; i < c->n_in + c->n_out; i++) {
         if (c->ops[i].kind == K_CUPY) return cupy_launch(c);
-        if (cupy && c->ops[i].kind == K_TORCH && c->ops[i].dev_type == CUPLUG_DEVICE_CUDA) return 0;
         if (c->ops[i].kind == K_TORCH && c->ops[i].dev_type == CUPLUG_DEVICE_CUDA) {
+            if (cupy) return 0; /* CuPy's after a PyTorch tensor: the whole path's handshake orders them */
             if (torch_exchange) { /* PyTorch's current stream of the device, from C++ */
                 void* stream = NULL;
                 if (torch_exchange->current_work_stream(CUPLUG_DEVICE_CUDA, d->device_index, &stream) != 0 ||

@@ -33,7 +33,7 @@ def _pattern(dt: dtypes.DType, n: int) -> list[float]:
 
 
 _PATTERN_BYTES: dict[tuple[dtypes.DType, int], bytes] = {}  # a dict, not functools.lru_cache: importing
-# functools (with collections, operator, itertools) cost load()'s self-test 2 ms where nothing else had
+# functools (with collections, operator, itertools) would add their import to load()'s self-test
 
 
 def _pattern_bytes(dt: dtypes.DType, n: int) -> bytes:
